@@ -1,0 +1,132 @@
+"""A tiny random-weight Llama and its own tokenizer: engines answer without a GPU or the Hub."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+COMPLETE_MARKER = ".shardboard-demo-complete"
+VOCAB_SIZE = 384
+MAX_POSITION_EMBEDDINGS = 512
+SEED = 1234
+
+# Arithmetic and chat-like lines: enough for byte-level BPE merges on the smoke prompt "1 + 1 =".
+_CORPUS = [
+    "1 + 1 = 2",
+    "2 + 2 = 4",
+    "3 + 4 = 7",
+    "10 - 3 = 7",
+    "hello, how are you today?",
+    "I am a tiny demo model running on the CPU.",
+    "The quick brown fox jumps over the lazy dog.",
+    "Shardboard plans, launches and monitors model deployments.",
+    "user: what is the answer? assistant: the answer is 42.",
+    "system: you are a helpful assistant.",
+]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>{{ '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{{ part['text'] }}{% endfor %}{% endif %}"
+    "{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{{ '\\n' }}{% endif %}"
+)
+EOS = "<|endoftext|>"
+PAD = "<|pad|>"
+_SPECIAL_TOKENS = [EOS, PAD, "<|system|>", "<|user|>", "<|assistant|>"]
+
+
+def is_complete(path: Path) -> bool:
+    return (path / COMPLETE_MARKER).is_file()
+
+
+def make_tiny_llama(path: Path) -> Path:
+    """Write the demo model into `path` once; later calls return at once."""
+    path = Path(path)
+    if is_complete(path):
+        return path
+    if path.exists() and any(path.iterdir()):
+        raise FileExistsError(f"{path} exists, is not empty and is not a complete demo model")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        _write_model(staging)
+        (staging / COMPLETE_MARKER).write_text("ok\n")
+        _publish(staging, path)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+    return path
+
+
+def _publish(staging: Path, path: Path) -> None:
+    if path.exists():
+        path.rmdir()  # empty, checked above
+    try:
+        os.rename(staging, path)
+    except OSError:
+        if not is_complete(path):  # another process published first: that is fine
+            raise
+
+
+def _write_model(out_dir: Path) -> None:
+    tokenizer = _train_tokenizer()
+    tokenizer.save_pretrained(out_dir)
+    model = _build_model(len(tokenizer), tokenizer)
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def _train_tokenizer():  # type: ignore[no-untyped-def]
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    raw.train_from_iterator(_CORPUS, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw,
+        bos_token=EOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        chat_template=CHAT_TEMPLATE,
+        model_max_length=MAX_POSITION_EMBEDDINGS,
+    )
+
+
+def _build_model(vocab_size: int, tokenizer):  # type: ignore[no-untyped-def]
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        torch_dtype="float32",
+    )
+    torch.manual_seed(SEED)
+    model = LlamaForCausalLM(config)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=16,
+    )
+    return model
