@@ -1,0 +1,149 @@
+"""What every engine adapter takes (a LaunchSpec) and gives back (an EngineCommand)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+MARKER_ENV = "SHARDBOARD_DEPLOYMENT_ID"
+MASK = "***"
+LOOPBACK_HOST = "127.0.0.1"
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 - recognised, not bound
+_SECRET_ENV = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+_SECRET_FLAGS = frozenset({"--api-key", "--hf-token", "--token"})
+
+Device = Literal["cpu", "cuda"]
+
+
+class UnsupportedSpec(ValueError):
+    """The engine cannot run this spec; the message says why, before anything starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    deployment_id: str
+    model: str  # local path or Hub id
+    port: int
+    host: str = LOOPBACK_HOST
+    revision: str | None = None
+    served_model_name: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    gpu_indices: tuple[int, ...] = ()
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    dtype: str | None = None
+    quantization: str | None = None
+    kv_cache_dtype: str | None = None
+    multi_host: bool = False  # one model over several hosts: vLLM's Ray executor
+    device: Device = "cuda"
+    hf_offline: bool = True  # the host worker downloads weights before launch
+    extra_args: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReadinessProbe:
+    """Poll `health_path` until 200; then, if set, `models_path` with the Bearer key."""
+
+    health_path: str = "/health"
+    models_path: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    expected_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineCommand:
+    engine: str
+    argv: tuple[str, ...]
+    env: dict[str, str] = field(repr=False)  # set on top of the worker's environment
+    base_url: str
+    probe: ReadinessProbe
+    request_model: str | None  # the "model" field for API requests; None: omit it
+    supports_api_key: bool
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def masked_argv(self) -> tuple[str, ...]:
+        return mask_argv(self.argv)
+
+    @property
+    def masked_env(self) -> dict[str, str]:
+        return mask_env(self.env)
+
+
+class EngineAdapter(Protocol):
+    name: str
+    supports_api_key: bool
+
+    def build(self, spec: LaunchSpec) -> EngineCommand: ...
+
+
+def mask_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: (MASK if _SECRET_ENV.search(k) and v else v) for k, v in env.items()}
+
+
+def mask_argv(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    masked: list[str] = []
+    hide_next = False
+    for arg in argv:
+        flag, sep, _ = arg.partition("=")
+        if hide_next and not arg.startswith("--"):
+            masked.append(MASK)
+            continue
+        hide_next = arg in _SECRET_FLAGS
+        masked.append(f"{flag}={MASK}" if sep and flag in _SECRET_FLAGS else arg)
+    return tuple(masked)
+
+
+def connect_host(host: str) -> str:
+    """Where a client on the same machine reaches a server bound to `host`."""
+    return LOOPBACK_HOST if host in _WILDCARD_HOSTS else host
+
+
+def base_url(host: str, port: int) -> str:
+    h = connect_host(host)
+    return f"http://[{h}]:{port}" if ":" in h else f"http://{h}:{port}"
+
+
+def common_env(spec: LaunchSpec) -> dict[str, str]:
+    env = {
+        MARKER_ENV: spec.deployment_id,
+        "PYTHONUNBUFFERED": "1",  # the log file is the only view of a starting engine
+        "NO_COLOR": "1",
+        "HF_HUB_DISABLE_UPDATE_CHECK": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+    }
+    if spec.hf_offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    if spec.device == "cuda":
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA indices = NVML indices
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(dict(spec.extra_env))
+    return env
+
+
+def check_common(spec: LaunchSpec) -> None:
+    if not spec.deployment_id:
+        raise UnsupportedSpec("deployment_id is empty: the engine could not be found again")
+    if not 0 < spec.port < 65536:
+        raise UnsupportedSpec(f"port {spec.port} is out of range")
+    if spec.device == "cuda" and not spec.gpu_indices:
+        raise UnsupportedSpec("device cuda needs leased GPU indices; none were given")
+    if any("\0" in a for a in spec.extra_args):
+        raise UnsupportedSpec("extra_args contain a NUL byte")
+    managed = {k for k, _ in spec.extra_env} & {MARKER_ENV, "CUDA_VISIBLE_DEVICES"}
+    if managed:
+        raise UnsupportedSpec(f"extra_env may not set {sorted(managed)}: the panel sets them")
+
+
+def reject_flags(extra_args: tuple[str, ...], forbidden: dict[str, str]) -> None:
+    for arg in extra_args:
+        flag = arg.partition("=")[0]
+        if flag in forbidden:
+            raise UnsupportedSpec(f"extra argument {flag} is not allowed: {forbidden[flag]}")
