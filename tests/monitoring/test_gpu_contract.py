@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from monitoring.gpus import GpuBackend, GpuBackendError, HostSample, get_backend
-from monitoring.gpus.base import TOPOLOGY_LEVELS, THROTTLE_REASONS
+from monitoring.gpus.base import THROTTLE_REASONS, TOPOLOGY_LEVELS
 from monitoring.gpus.simulated import SimulatedBackend
 
 MIB = 1024 * 1024
@@ -55,8 +55,8 @@ def start_engine(backend: GpuBackend) -> Iterator[EngineStarter]:
             if importlib.util.find_spec("torch") is None:
                 pytest.skip("a real CUDA process needs torch, not installed here")
             code = (
-                "import torch, time, sys; x = torch.empty(%d, dtype=torch.uint8, device='cuda:0');"
-                "print('ready', flush=True); time.sleep(120)" % ENGINE_MEMORY_BYTES
+                f"import torch, time; x = torch.empty({ENGINE_MEMORY_BYTES}, dtype=torch.uint8,"
+                " device='cuda:0'); print('ready', flush=True); time.sleep(120)"
             )
             proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
             assert proc.stdout is not None and proc.stdout.readline().startswith(b"ready")

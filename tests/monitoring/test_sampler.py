@@ -87,7 +87,7 @@ def test_backend_errors_are_survived(sim4: SimulatedBackend, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("interval_s", [0.1, 61.0, 0.0])
 def test_interval_bounds(sim4: SimulatedBackend, interval_s: float) -> None:
-    with pytest.raises(ValueError, match="not in 0.2..60"):
+    with pytest.raises(ValueError, match=r"not in 0\.2\.\.60"):
         Sampler(sim4, lambda s: None, interval_s=interval_s)
 
 

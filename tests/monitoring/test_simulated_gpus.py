@@ -99,7 +99,8 @@ def test_state_survives_a_new_backend_in_another_process(
     sim_state_dir: Path, sim4: SimulatedBackend, sleeper: subprocess.Popen[bytes]
 ) -> None:
     code = (
-        "import sys; from pathlib import Path; from monitoring.gpus.simulated import SimulatedBackend;"
+        "import sys; from pathlib import Path;"
+        "from monitoring.gpus.simulated import SimulatedBackend;"
         "b = SimulatedBackend('4xH100-80GB@nvlink', state_dir=Path(sys.argv[1]));"
         "b.attach(int(sys.argv[2]), [3], 8 << 30, 50.0); b.throttle(2, 'hw_thermal_slowdown')"
     )
@@ -127,7 +128,7 @@ def test_thermal_throttle_heats_and_slows(sim4: SimulatedBackend) -> None:
 def test_attach_checks_its_input(sim4: SimulatedBackend, sleeper: subprocess.Popen[bytes]) -> None:
     with pytest.raises(GpuBackendError, match="out of memory"):
         sim4.attach(sleeper.pid, [0], 80 * GIB)
-    with pytest.raises(GpuBackendError, match="not in 0..3"):
+    with pytest.raises(GpuBackendError, match=r"not in 0\.\.3"):
         sim4.attach(sleeper.pid, [4], GIB)
     with pytest.raises(GpuBackendError, match="unknown throttle reason"):
         sim4.throttle(0, "too_hot")
