@@ -91,7 +91,7 @@ def mask_argv(argv: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     hide_next = False
     for arg in argv:
         flag, sep, _ = arg.partition("=")
-        if hide_next and not arg.startswith("--"):
+        if hide_next and not arg.startswith("-"):
             masked.append(MASK)
             continue
         hide_next = arg in _SECRET_FLAGS

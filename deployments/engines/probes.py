@@ -81,7 +81,10 @@ def _probe_once(client: httpx.Client, probe: ReadinessProbe) -> tuple[ReadyOutco
 
 
 def _check_models(models: httpx.Response, probe: ReadinessProbe) -> tuple[ReadyOutcome | None, str]:
-    ids = [m.get("id") for m in models.json().get("data", [])]
+    try:
+        ids = [m.get("id") for m in models.json().get("data", [])]
+    except (ValueError, AttributeError) as error:
+        return None, f"{probe.models_path} answered an unexpected body ({error})"
     if probe.expected_model is not None and probe.expected_model not in ids:
         return None, f"{probe.models_path} lists {ids}, not {probe.expected_model!r} yet"
     return "ready", f"{probe.models_path} lists {ids}"
@@ -118,7 +121,11 @@ def smoke_test(
     if response.status_code != 200:
         reason = f"HTTP {response.status_code}: {response.text[:300]}"
         return SmokeResult(False, "", reason, elapsed_s, response.status_code)
-    text = completion_text(response)
+    try:
+        text = completion_text(response)
+    except (ValueError, AttributeError) as error:
+        reason = f"the answer is not a completion ({error}): {response.text[:300]}"
+        return SmokeResult(False, "", reason, elapsed_s, response.status_code)
     return SmokeResult(True, text, "answered", elapsed_s, response.status_code)
 
 
