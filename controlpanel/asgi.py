@@ -1,0 +1,33 @@
+"""ASGI entry point: HTTP through Django, websockets through Channels (authenticated)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
+
+from controlpanel.env import ConfigError  # noqa: E402
+
+try:
+    from django.core.asgi import get_asgi_application
+
+    django_asgi_app = get_asgi_application()
+except ConfigError as exc:
+    sys.stderr.write(f"shardboard: configuration error: {exc}\n")
+    raise SystemExit(2) from None
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from controlpanel.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        ),
+    }
+)

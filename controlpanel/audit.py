@@ -1,0 +1,51 @@
+"""The one write path for audit rows. Secrets are scrubbed before anything is stored."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.http import HttpRequest
+
+from controlpanel.models import AuditEvent
+
+_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization)", re.IGNORECASE)
+MASK = "***"
+
+
+def scrub(value: Any) -> Any:
+    """A copy of `value` with every secret-looking key's value masked, at any depth."""
+    if isinstance(value, dict):
+        return {k: MASK if _SECRET_KEY.search(str(k)) else scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(v) for v in value]
+    return value
+
+
+def client_ip(request: HttpRequest | None) -> str | None:
+    if request is None:
+        return None
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def audit_record(
+    *,
+    actor: Any,
+    action: str,
+    target_type: str = "",
+    target_id: str | int = "",
+    detail: dict[str, Any] | None = None,
+    request: HttpRequest | None = None,
+    ip: str | None = None,
+) -> AuditEvent:
+    user = actor if getattr(actor, "is_authenticated", False) else None
+    name = user.get_username() if user is not None else str((detail or {}).get("username", ""))
+    return AuditEvent.objects.create(
+        actor=user,
+        actor_name=name[:150],
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        detail=scrub(detail or {}),
+        client_ip=ip or client_ip(request),
+    )

@@ -1,0 +1,57 @@
+"""Thin websocket consumers: authenticate on connect, join groups, forward events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from controlpanel.roles import Role, has_role
+
+EVENTS_GROUP = "events"
+
+
+def user_group(user_id: int) -> str:
+    return f"user.{user_id}"
+
+
+class RoleConsumer(AsyncJsonWebsocketConsumer):
+    """Closes with 4401 for anonymous users and 4403 for users below `required_role`."""
+
+    required_role = Role.VIEWER
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        if not await database_sync_to_async(has_role)(user, self.required_role):
+            await self.close(code=4403)
+            return
+        await self.accept()
+        await self.on_accepted(user)
+
+    async def on_accepted(self, user: Any) -> None:
+        """Join groups, send a backfill: subclasses fill this in."""
+
+
+class EventsConsumer(RoleConsumer):
+    """Server-side events for the signed-in user (deployment status changes, notices)."""
+
+    async def on_accepted(self, user: Any) -> None:
+        self.groups_joined = [EVENTS_GROUP, user_group(user.pk)]
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.send_json({"type": "hello", "user": user.get_username()})
+
+    async def disconnect(self, code: int) -> None:
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"type": "pong", "echo": content.get("echo")})
+
+    async def event_push(self, message: dict[str, Any]) -> None:
+        await self.send_json(message["event"])

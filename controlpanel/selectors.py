@@ -1,0 +1,81 @@
+"""Read paths for the control panel pages."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.db.models import QuerySet
+from django.http import QueryDict
+from django.utils import timezone
+
+from controlpanel.models import AuditEvent
+from monitoring.models import Host
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStatus:
+    available: bool
+    reason: str
+
+
+def live_data_status() -> LiveStatus:
+    """Whether Redis (live samples, channel layer, task queue) answers right now."""
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5)
+        client.ping()
+    except redis.RedisError as exc:
+        log.warning("Redis at REDIS_URL does not answer: %s", exc)
+        return LiveStatus(False, "Live data is unavailable: Redis does not answer.")
+    return LiveStatus(True, "")
+
+
+def host_overview() -> list[dict[str, Any]]:
+    now = timezone.now()
+    hosts = Host.objects.prefetch_related("gpus")
+    return [{"host": h, "online": h.is_online(now), "gpus": list(h.gpus.all())} for h in hosts]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditFilters:
+    actor: str = ""
+    action: str = ""
+    target: str = ""
+    since: date | None = None
+
+    @classmethod
+    def from_query(cls, query: QueryDict) -> AuditFilters:
+        since = query.get("since") or ""
+        try:
+            since_date = date.fromisoformat(since) if since else None
+        except ValueError:
+            since_date = None
+        return cls(
+            actor=query.get("actor", "").strip(),
+            action=query.get("action", "").strip(),
+            target=query.get("target", "").strip(),
+            since=since_date,
+        )
+
+
+def audit_events(filters: AuditFilters) -> QuerySet[AuditEvent]:
+    rows = AuditEvent.objects.all()
+    if filters.actor:
+        rows = rows.filter(actor_name__icontains=filters.actor)
+    if filters.action:
+        rows = rows.filter(action=filters.action)
+    if filters.target:
+        rows = rows.filter(target_type=filters.target)
+    if filters.since:
+        rows = rows.filter(created_at__date__gte=filters.since)
+    return rows
+
+
+def audit_actions() -> list[str]:
+    return list(AuditEvent.objects.order_by().values_list("action", flat=True).distinct())

@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+
+from controlpanel import views
+
+urlpatterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("audit/", views.audit_list, name="audit"),
+    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("", include("monitoring.urls")),
+    path("", include("deployments.urls")),
+    path("", include("playground.urls")),
+]

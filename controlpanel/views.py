@@ -1,0 +1,27 @@
+"""Pages of the control panel itself: dashboard and audit list."""
+
+from __future__ import annotations
+
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from controlpanel import selectors
+from controlpanel.roles import Role, role_required
+
+
+@role_required(Role.VIEWER)
+def dashboard(request: HttpRequest) -> HttpResponse:
+    context = {
+        "hosts": selectors.host_overview(),
+        "live": selectors.live_data_status(),
+    }
+    return render(request, "controlpanel/dashboard.html", context)
+
+
+@role_required(Role.ADMIN)
+def audit_list(request: HttpRequest) -> HttpResponse:
+    filters = selectors.AuditFilters.from_query(request.GET)
+    page = Paginator(selectors.audit_events(filters), 50).get_page(request.GET.get("page"))
+    context = {"page": page, "filters": filters, "actions": selectors.audit_actions()}
+    return render(request, "controlpanel/audit.html", context)

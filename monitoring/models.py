@@ -1,0 +1,54 @@
+"""GPU hosts and their GPUs, as registered by each host worker."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Host(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    queue = models.CharField(max_length=120)
+    address = models.CharField(max_length=100, blank=True)
+    backend = models.CharField(max_length=20)
+    simulated = models.BooleanField(default=False)
+    backend_note = models.CharField(max_length=300, blank=True)
+    topology = models.JSONField(default=list, blank=True)
+    info = models.JSONField(default=dict, blank=True)
+    registered_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def is_online(self, now: datetime | None = None) -> bool:
+        if self.last_heartbeat is None:
+            return False
+        stale = timedelta(seconds=settings.HEARTBEAT_STALE_S)
+        return (now or timezone.now()) - self.last_heartbeat <= stale
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=100)
+    name = models.CharField(max_length=100)
+    memory_total_bytes = models.BigIntegerField()
+    pci_bus_id = models.CharField(max_length=40, blank=True)
+    numa_node = models.SmallIntegerField(null=True, blank=True)
+    present = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "index"], name="gpu_unique_index_per_host")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.host.name}:{self.index} {self.name}"

@@ -1,0 +1,5 @@
+"""Websocket routes of this app."""
+
+from django.urls import URLPattern
+
+websocket_urlpatterns: list[URLPattern] = []

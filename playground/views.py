@@ -1,0 +1,15 @@
+"""Views of this app."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from controlpanel.roles import Role, role_required
+
+
+
+@role_required(Role.VIEWER)
+def playground_index(request: HttpRequest) -> HttpResponse:
+    context = {"title": "Playground", "message": "No running deployments to try yet."}
+    return render(request, "common/pending.html", context)
