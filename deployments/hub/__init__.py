@@ -1,0 +1,78 @@
+"""Hugging Face Hub access: search, model info and config.json, cached and offline-aware."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deployments.hub.cache import (
+    CachePolicy,
+    ConfigStore,
+    MemoryConfigStore,
+    MemoryTtlStore,
+    TtlStore,
+)
+from deployments.hub.cards import (
+    Freshness,
+    ModelCard,
+    ModelSummary,
+    SearchPage,
+    SearchQuery,
+)
+from deployments.hub.client import HubClient
+from deployments.hub.errors import (
+    HubBadResponseError,
+    HubEntryNotFoundError,
+    HubError,
+    HubGatedError,
+    HubNotFoundError,
+    HubRateLimitedError,
+    HubRevisionNotFoundError,
+    HubUnauthorizedError,
+    HubUnavailableError,
+    HubUnreachableError,
+)
+
+__all__ = [
+    "CachePolicy",
+    "ConfigStore",
+    "Freshness",
+    "HubBadResponseError",
+    "HubClient",
+    "HubEntryNotFoundError",
+    "HubError",
+    "HubGatedError",
+    "HubNotFoundError",
+    "HubRateLimitedError",
+    "HubRevisionNotFoundError",
+    "HubUnauthorizedError",
+    "HubUnavailableError",
+    "HubUnreachableError",
+    "MemoryConfigStore",
+    "MemoryTtlStore",
+    "ModelCard",
+    "ModelSummary",
+    "SearchPage",
+    "SearchQuery",
+    "TtlStore",
+    "client_from_settings",
+]
+
+
+def client_from_settings(
+    settings: Any, *, cache: TtlStore, config_store: ConfigStore, token: str | None = None
+) -> HubClient:
+    """A client configured from Django settings: HF_ENDPOINT, HF_TOKEN, HUB_*_TTL_S."""
+    defaults = CachePolicy()
+    policy = CachePolicy(
+        search_fresh_s=getattr(settings, "HUB_SEARCH_TTL_S", defaults.search_fresh_s),
+        info_fresh_s=getattr(settings, "HUB_INFO_TTL_S", defaults.info_fresh_s),
+        keep_s=getattr(settings, "HUB_CACHE_KEEP_S", defaults.keep_s),
+    )
+    return HubClient(
+        endpoint=getattr(settings, "HF_ENDPOINT", None) or None,
+        token=token or getattr(settings, "HF_TOKEN", None) or None,
+        cache=cache,
+        config_store=config_store,
+        policy=policy,
+        timeout_s=getattr(settings, "HUB_TIMEOUT_S", 10.0),
+    )
