@@ -61,12 +61,13 @@ __all__ = [
 def client_from_settings(
     settings: Any, *, cache: TtlStore, config_store: ConfigStore, token: str | None = None
 ) -> HubClient:
-    """A client configured from Django settings: HF_ENDPOINT, HF_TOKEN, HUB_*_TTL_S."""
+    """A client configured from Django settings: HF_ENDPOINT, HF_TOKEN, HF_CACHE_TTL_S."""
     defaults = CachePolicy()
+    info_ttl_s = int(getattr(settings, "HF_CACHE_TTL_S", defaults.info_fresh_s))
     policy = CachePolicy(
-        search_fresh_s=getattr(settings, "HUB_SEARCH_TTL_S", defaults.search_fresh_s),
-        info_fresh_s=getattr(settings, "HUB_INFO_TTL_S", defaults.info_fresh_s),
-        keep_s=getattr(settings, "HUB_CACHE_KEEP_S", defaults.keep_s),
+        search_fresh_s=min(defaults.search_fresh_s, info_ttl_s),
+        info_fresh_s=info_ttl_s,
+        keep_s=max(defaults.keep_s, info_ttl_s),
     )
     return HubClient(
         endpoint=getattr(settings, "HF_ENDPOINT", None) or None,

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -23,6 +23,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.hf_api import ModelInfo
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from deployments.hub import infos as infos_mod
 from deployments.hub import parse
 from deployments.hub.cache import (
     CachePolicy,
@@ -298,7 +299,7 @@ class HubClient:
         for items, more_pages in self._search_pages(params, token):
             scanned, more = scanned + len(items), more_pages
             infos = (ModelInfo(**{"siblings": None, **item}) for item in items)
-            matches += [_summary(info) for info in infos if _keep(info, q)]
+            matches += [infos_mod.summary(info) for info in infos if infos_mod.keep(info, q)]
             if len(matches) >= wanted or scanned >= self._max_scan:
                 break
         start = (q.page - 1) * q.page_size
@@ -361,108 +362,10 @@ class HubClient:
             by_dtype = dict(info.safetensors.parameters)
         else:
             by_dtype = self._header_parameters(info, token) if config_error is None else {}
-        return to_data(_card_fields(info, revision, self.endpoint, config, config_error, by_dtype))
-
-
-# -- pure helpers over huggingface_hub's ModelInfo ----------------------------------------------
+        return to_data(
+            infos_mod.card_fields(info, revision, self.endpoint, config, config_error, by_dtype)
+        )
 
 
 def _quote(revision: str) -> str:
     return quote(revision, safe="")
-
-
-def _tags(info: ModelInfo) -> list[str]:
-    return list(info.tags or [])
-
-
-def _keep(info: ModelInfo, q: SearchQuery) -> bool:
-    tags = _tags(info)
-    if info.pipeline_tag not in (None, "text-generation"):
-        return False
-    has_st = info.safetensors is not None
-    if parse.is_gguf_only(tags=tags, library_name=info.library_name, has_safetensors=has_st):
-        return False
-    method = parse.quantization(info.config, tags)
-    if q.quantization == "none" and method is not None:
-        return False
-    if q.quantization not in ("any", "none") and method != q.quantization:
-        return False
-    licence = parse.license_of(tags)
-    if q.license and (licence or "").lower() != q.license.lower():
-        return False
-    if q.gated is not None and bool(info.gated) != q.gated:
-        return False
-    total = info.safetensors.total if info.safetensors else None
-    return parse.within(total, q.min_params, q.max_params)
-
-
-def _summary(info: ModelInfo) -> ModelSummary:
-    tags = _tags(info)
-    by_dtype = dict(info.safetensors.parameters) if info.safetensors else {}
-    return ModelSummary(
-        repo_id=info.id,
-        author=info.author,
-        sha=info.sha,
-        parameters=info.safetensors.total if info.safetensors else None,
-        parameters_by_dtype=by_dtype,
-        weights_bytes_estimate=parse.weights_bytes_from_params(by_dtype),
-        architecture=parse.architecture(info.config),
-        context_length=None,
-        quantization=parse.quantization(info.config, tags),
-        license=parse.license_of(tags),
-        gated=bool(info.gated),
-        downloads=info.downloads or 0,
-        likes=info.likes or 0,
-        trending_score=info.trending_score or 0,
-        last_modified=info.last_modified,
-        library_name=info.library_name,
-    )
-
-
-def _weight_files(info: ModelInfo) -> list[int | None]:
-    return [s.size for s in info.siblings or [] if s.rfilename.endswith(".safetensors")]
-
-
-def _card_fields(
-    info: ModelInfo,
-    revision: str | None,
-    endpoint: str,
-    config: dict[str, Any] | None,
-    config_error: str | None,
-    by_dtype: Mapping[str, int],
-) -> dict[str, Any]:
-    tags = _tags(info)
-    meta = config or info.config or {}
-    sizes = _weight_files(info)
-    known = [s for s in sizes if s is not None]
-    gguf_total = (info.gguf or {}).get("total")
-    card_license = getattr(info.card_data, "license", None) if info.card_data else None
-    return {
-        "repo_id": info.id,
-        "revision": revision,
-        "sha": str(info.sha),
-        "url": f"{endpoint}/{info.id}",
-        "author": info.author,
-        "architecture": parse.architecture(meta),
-        "model_type": meta.get("model_type"),
-        "context_length": parse.context_length(config) or (info.gguf or {}).get("context_length"),
-        "dtype": parse.torch_dtype(config),
-        "quantization": parse.quantization(meta, tags),
-        "quantization_config": meta.get("quantization_config"),
-        "parameters": sum(by_dtype.values()) or gguf_total,
-        "parameters_by_dtype": dict(by_dtype),
-        "weights_bytes": sum(known) if known else parse.weights_bytes_from_params(by_dtype),
-        "weight_files": len(sizes),
-        "license": parse.license_of(tags, card_license if isinstance(card_license, str) else None),
-        "gated": bool(info.gated),
-        "gate_mode": info.gated or None,
-        "private": bool(info.private),
-        "last_modified": info.last_modified,
-        "downloads": info.downloads or 0,
-        "likes": info.likes or 0,
-        "library_name": info.library_name,
-        "pipeline_tag": info.pipeline_tag,
-        "tags": tags,
-        "config": config,
-        "config_error": config_error,
-    }
