@@ -39,6 +39,25 @@ def next_tick(start_s: float, now_s: float, interval_s: float, last_tick: int) -
     return max(last_tick + 1, due)
 
 
+def fan_out(*sinks: Sink) -> Sink:
+    """One sink feeding several (history, channel layer): a failing one does not starve the
+    others; the first failure is re-raised afterwards so the loop logs and counts it."""
+
+    def sink(sample: HostSample) -> None:
+        errors: list[Exception] = []
+        for each in sinks:
+            try:
+                each(sample)
+            except Exception as exc:
+                errors.append(exc)
+        if len(errors) > 1:
+            log.error("%d sinks failed this tick; others: %s", len(errors), errors[1:])
+        if errors:
+            raise errors[0]
+
+    return sink
+
+
 class Sampler:
     def __init__(
         self,

@@ -190,30 +190,17 @@ class SimulatedBackend:
         device = self._devices[gpu.index]
         if gpu.index in state.lost:
             return failed_sample(gpu.index, device.uuid, lost=True, error="GPU is lost")
-        model, i, seed = gpu.model, gpu.index, self.seed
-        engines = [e for e in state.engines.values() if i in e.gpu_indices]
-        reasons = state.throttles.get(i, ())
+        engines = [e for e in state.engines.values() if gpu.index in e.gpu_indices]
+        reasons = state.throttles.get(gpu.index, ())
         load = min(1.0, sum(e.util_pct for e in engines) / 100.0)
-        util = 0.0 if load == 0 else _clamp(100 * load + 3 * noise(seed, i, tick, 1), 1, 100)
-        thermal = any("thermal" in r for r in reasons)
-        target_c = IDLE_TEMPERATURE_C + LOAD_TEMPERATURE_RISE_C * load
-        target_c = max(target_c, THERMAL_THROTTLE_TEMPERATURE_C) if thermal else target_c
-        temp = self._temperature_c[i]
-        temp += THERMAL_LAG * (target_c - temp) + 0.3 * noise(seed, i, tick, 2)
-        self._temperature_c[i] = temp
-        slowed = bool(reasons)
-        clock_frac = (0.2 + 0.8 * min(1.0, load * 4)) * (0.6 if slowed else 1.0)
-        sm_clock = (
-            model.idle_sm_clock_mhz
-            + (model.max_sm_clock_mhz - model.idle_sm_clock_mhz) * clock_frac
+        util = 0.0 if load == 0 else _clamp(100 * load + 3 * self._noise(gpu, tick, 1), 1, 100)
+        temp = self._step_temperature(gpu, load, reasons, tick)
+        used = min(
+            BASELINE_MEMORY_BYTES + _attached_bytes(engines, gpu.index), device.memory_total_bytes
         )
-        power_w = model.idle_power_w + (model.power_limit_w - model.idle_power_w) * load * 0.92
-        power_w *= 0.7 if slowed else 1.0
-        power_w = _clamp(power_w + 2 * noise(seed, i, tick, 3), 1, model.power_limit_w)
-        used = min(BASELINE_MEMORY_BYTES + _attached_bytes(engines, i), device.memory_total_bytes)
-        idle_reason = ("gpu_idle",) if load == 0 else ()
+        model = gpu.model
         return GpuSample(
-            index=i,
+            index=gpu.index,
             uuid=device.uuid,
             gpu_util_pct=round(util),
             mem_util_pct=round(util * 0.55),
@@ -221,18 +208,47 @@ class SimulatedBackend:
             memory_free_bytes=device.memory_total_bytes - used,
             memory_total_bytes=device.memory_total_bytes,
             temperature_c=round(temp),
-            power_mw=int(power_w * 1000),
+            power_mw=self._power_mw(gpu, load, bool(reasons), tick),
             power_limit_mw=model.power_limit_w * 1000,
-            sm_clock_mhz=int(sm_clock),
+            sm_clock_mhz=_sm_clock_mhz(gpu, load, bool(reasons)),
             fan_pct=round(_clamp(30 + 1.2 * (temp - IDLE_TEMPERATURE_C), 30, 100))
             if model.has_fan
             else None,
-            throttle_reasons=idle_reason + reasons,
+            throttle_reasons=(("gpu_idle",) if load == 0 else ()) + reasons,
             ecc_uncorrected=0 if model.has_ecc else None,
             processes=tuple(GpuProcess(e.pid, e.memory_bytes_per_gpu, e.name) for e in engines),
             lost=False,
             error=None,
         )
+
+    def _noise(self, gpu: SimGpu, tick: int, channel: int) -> float:
+        return noise(self.seed, gpu.index, tick, channel)
+
+    def _step_temperature(
+        self, gpu: SimGpu, load: float, reasons: tuple[str, ...], tick: int
+    ) -> float:
+        """Move towards the load's temperature (or a throttling one) with a thermal lag."""
+        target_c = IDLE_TEMPERATURE_C + LOAD_TEMPERATURE_RISE_C * load
+        if any("thermal" in r for r in reasons):
+            target_c = max(target_c, THERMAL_THROTTLE_TEMPERATURE_C)
+        temp = self._temperature_c[gpu.index]
+        temp += THERMAL_LAG * (target_c - temp) + 0.3 * self._noise(gpu, tick, 2)
+        self._temperature_c[gpu.index] = temp
+        return temp
+
+    def _power_mw(self, gpu: SimGpu, load: float, slowed: bool, tick: int) -> int:
+        model = gpu.model
+        power_w = model.idle_power_w + (model.power_limit_w - model.idle_power_w) * load * 0.92
+        power_w *= 0.7 if slowed else 1.0
+        return int(_clamp(power_w + 2 * self._noise(gpu, tick, 3), 1, model.power_limit_w) * 1000)
+
+
+def _sm_clock_mhz(gpu: SimGpu, load: float, slowed: bool) -> int:
+    model = gpu.model
+    fraction = (0.2 + 0.8 * min(1.0, load * 4)) * (0.6 if slowed else 1.0)
+    return int(
+        model.idle_sm_clock_mhz + (model.max_sm_clock_mhz - model.idle_sm_clock_mhz) * fraction
+    )
 
 
 def _attached_bytes(engines: Iterable[SimEngine], index: int) -> int:
