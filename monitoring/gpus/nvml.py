@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
+_OLD_DRIVER = (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_ArgumentVersionMismatch)
 _P2P_READ = 0  # pynvml.NVML_P2P_CAPS_INDEX_READ is the tuple (0,) in 13.615.71
 _LEVELS: dict[int, TopologyLevel] = {
     pynvml.NVML_TOPOLOGY_INTERNAL: "PIX",
@@ -46,6 +47,14 @@ _LEVELS: dict[int, TopologyLevel] = {
 
 _init_lock = threading.Lock()
 _init_pid: int | None = None
+
+
+def _after_fork_in_child() -> None:
+    global _init_lock
+    _init_lock = threading.Lock()  # another thread may have held it at fork time
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def ensure_nvml() -> None:
@@ -103,7 +112,7 @@ class NvmlBackend:
         return self._handles
 
     def _device_info(self, index: int, handle: Any) -> DeviceInfo:
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        memory = _memory_info(handle)
         pci = pynvml.nvmlDeviceGetPciInfo_v3(handle)
         numa = _query(pynvml.nvmlDeviceGetNumaNodeId, handle)
         return DeviceInfo(
@@ -185,7 +194,7 @@ class NvmlBackend:
             return failed_sample(device.index, device.uuid, lost=False, error=str(exc))
 
     def _read(self, device: DeviceInfo, handle: Any) -> GpuSample:
-        memory = _query(pynvml.nvmlDeviceGetMemoryInfo, handle, pynvml.nvmlMemory_v2)
+        memory = _query(_memory_info, handle)
         util = _query(pynvml.nvmlDeviceGetUtilizationRates, handle)
         power = _query(pynvml.nvmlDeviceGetPowerUsage, handle)
         limit = _query(pynvml.nvmlDeviceGetEnforcedPowerLimit, handle)
@@ -219,10 +228,18 @@ class NvmlBackend:
         )
 
 
+def _memory_info(handle: Any) -> Any:
+    """v2 (``used`` without driver-reserved memory); v1 on drivers older than 515."""
+    try:
+        return pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+    except _OLD_DRIVER:
+        return pynvml.nvmlDeviceGetMemoryInfo(handle)
+
+
 def _temperature_c(handle: Any) -> float | None:
     try:
         return float(pynvml.nvmlDeviceGetTemperatureV(handle, pynvml.NVML_TEMPERATURE_GPU))
-    except _UNSUPPORTED:
+    except (*_UNSUPPORTED, *_OLD_DRIVER):
         value = _query(pynvml.nvmlDeviceGetTemperature, handle, pynvml.NVML_TEMPERATURE_GPU)
         return None if value is None else float(value)
 
@@ -238,6 +255,24 @@ def _processes(handle: Any) -> tuple[GpuProcess, ...]:
             pid = int(proc.pid)
             found[pid] = used if found.get(pid) is None else found[pid]
     return tuple(GpuProcess(pid, used, _process_name(pid)) for pid, used in sorted(found.items()))
+
+
+_PROCESS_QUERIES = (
+    (pynvml.nvmlDeviceGetComputeRunningProcesses, pynvml.nvmlDeviceGetComputeRunningProcesses_v2),
+    (pynvml.nvmlDeviceGetGraphicsRunningProcesses, pynvml.nvmlDeviceGetGraphicsRunningProcesses_v2),
+)
+
+
+def _running_processes(
+    v3: Callable[[Any], Any], v2: Callable[[Any], Any], handle: Any
+) -> list[Any]:
+    """The _v3 query, or _v2 on drivers older than 510 (as gpustat does)."""
+    try:
+        return list(v3(handle))
+    except _OLD_DRIVER:
+        return list(_query(v2, handle) or ())
+    except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_NoPermission):
+        return []
 
 
 def _process_name(pid: int) -> str:
