@@ -193,12 +193,12 @@ class HubClient:
     ) -> tuple[Any, Freshness]:
         entry = Entry.from_value(self._cache.get(cache_key))
         now = self._clock()
-        if entry is not None and entry.age(now) < timedelta(seconds=fresh_s):
-            return entry.data, Freshness(from_cache=True, cached_at=entry.cached_at)
         if constants.is_offline_mode():
             if entry is None:
                 raise offline_error(what)
             return entry.data, Freshness(from_cache=True, cached_at=entry.cached_at, offline=True)
+        if entry is not None and entry.age(now) < timedelta(seconds=fresh_s):
+            return entry.data, Freshness(from_cache=True, cached_at=entry.cached_at)
         try:
             data = fetch()
         except HubUnavailableError as exc:

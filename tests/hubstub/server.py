@@ -8,8 +8,10 @@ RevisionNotFound, EntryNotFound), `X-Error-Message`, `X-Repo-Commit`, `ETag`, `X
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import socket
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +60,7 @@ class HubStub:
         self._port = port
         self._lock = threading.Lock()
         self._requests: list[Request] = []
+        self._connections: set[socket.socket] = set()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -78,7 +81,9 @@ class HubStub:
         self._server = ThreadingHTTPServer(("127.0.0.1", self._port), Handler)
         self._server.daemon_threads = True
         self._port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self._thread.start()
         return self
 
@@ -88,9 +93,21 @@ class HubStub:
             return
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:  # keep-alive connections too, or a pooled client would still get answers
+            connections, self._connections = list(self._connections), set()
+        for connection in connections:
+            with contextlib.suppress(OSError):  # already closed by the client
+                connection.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server, self._thread = None, None
+
+    def track(self, connection: socket.socket, *, open_: bool) -> None:
+        with self._lock:
+            if open_:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
 
     def record(self, request: Request) -> None:
         with self._lock:
@@ -116,6 +133,14 @@ class HubStub:
 class _Handler(BaseHTTPRequestHandler):
     hub: HubStub
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        self.hub.track(self.connection, open_=True)
+
+    def finish(self) -> None:
+        self.hub.track(self.connection, open_=False)
+        super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the tests read `HubStub.requests` instead."""
