@@ -7,7 +7,7 @@ import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
 
-from controlpanel.env import ConfigError  # noqa: E402
+from controlpanel.env import ConfigError
 
 try:
     from django.core.asgi import get_asgi_application
@@ -17,11 +17,11 @@ except ConfigError as exc:
     sys.stderr.write(f"shardboard: configuration error: {exc}\n")
     raise SystemExit(2) from None
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.auth import AuthMiddlewareStack
+from channels.routing import ProtocolTypeRouter, URLRouter
+from channels.security.websocket import AllowedHostsOriginValidator
 
-from controlpanel.routing import websocket_urlpatterns  # noqa: E402
+from controlpanel.routing import websocket_urlpatterns
 
 application = ProtocolTypeRouter(
     {

@@ -78,7 +78,9 @@ def redis_url(name: str, default: str) -> str:
     raw = os.environ.get(name, default)
     parts = urlsplit(raw)
     if parts.scheme not in _REDIS_SCHEMES:
-        raise ConfigError(f"{name} must be a redis:// URL such as redis://127.0.0.1:6379/0; got {raw!r}")
+        raise ConfigError(
+            f"{name} must be a redis:// URL such as redis://127.0.0.1:6379/0; got {raw!r}"
+        )
     try:
         _ = parts.port
     except ValueError:

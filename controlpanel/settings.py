@@ -104,6 +104,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is missing
 WHITENOISE_USE_FINDERS = True  # serve static/ without a collectstatic step
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -158,3 +159,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.env_str("LOG_LEVEL", "INFO")},
     "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
 }
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A file, not memory, so that worker and server processes started by tests share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}

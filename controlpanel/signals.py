@@ -12,7 +12,9 @@ from controlpanel.audit import audit_record
 
 @receiver(user_logged_in)
 def _logged_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
-    audit_record(actor=user, action="auth.login", target_type="user", target_id=user.pk, request=request)
+    audit_record(
+        actor=user, action="auth.login", target_type="user", target_id=user.pk, request=request
+    )
 
 
 @receiver(user_logged_out)
@@ -24,6 +26,10 @@ def _logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
 
 
 @receiver(user_login_failed)
-def _login_failed(sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any) -> None:
+def _login_failed(
+    sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any
+) -> None:
     username = str(credentials.get("username", ""))[:150]
-    audit_record(actor=None, action="auth.login_failed", detail={"username": username}, request=request)
+    audit_record(
+        actor=None, action="auth.login_failed", detail={"username": username}, request=request
+    )

@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,21 +14,39 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('actor_name', models.CharField(blank=True, max_length=150)),
-                ('action', models.CharField(db_index=True, max_length=64)),
-                ('target_type', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('target_id', models.CharField(blank=True, max_length=64)),
-                ('detail', models.JSONField(blank=True, default=dict)),
-                ('client_ip', models.GenericIPAddressField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("actor_name", models.CharField(blank=True, max_length=150)),
+                ("action", models.CharField(db_index=True, max_length=64)),
+                ("target_type", models.CharField(blank=True, db_index=True, max_length=64)),
+                ("target_id", models.CharField(blank=True, max_length=64)),
+                ("detail", models.JSONField(blank=True, default=dict)),
+                ("client_ip", models.GenericIPAddressField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
-                'indexes': [models.Index(fields=['target_type', 'target_id'], name='controlpane_target__c91f41_idx')],
+                "ordering": ["-created_at", "-id"],
+                "indexes": [
+                    models.Index(
+                        fields=["target_type", "target_id"], name="controlpane_target__c91f41_idx"
+                    )
+                ],
             },
         ),
     ]

@@ -16,5 +16,8 @@ def remove_roles(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("controlpanel", "0001_initial"), ("auth", "0012_alter_user_first_name_max_length")]
+    dependencies = [
+        ("controlpanel", "0001_initial"),
+        ("auth", "0012_alter_user_first_name_max_length"),
+    ]
     operations = [migrations.RunPython(create_roles, remove_roles)]

@@ -28,11 +28,18 @@ class Command(BaseCommand):
             return
         password = os.environ.get("SHARDBOARD_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
         user = users.objects.create_superuser(username=username, email="", password=password)
-        user.groups.add(Group.objects.get(name=Role.ADMIN.value))
-        audit_record(actor=None, action="user.create_admin", target_type="user", target_id=user.pk,
-                     detail={"username": username})
+        user.groups.add(Group.objects.get_or_create(name=Role.ADMIN.value)[0])
+        audit_record(
+            actor=None,
+            action="user.create_admin",
+            target_type="user",
+            target_id=user.pk,
+            detail={"username": username},
+        )
         if "SHARDBOARD_ADMIN_PASSWORD" in os.environ:
-            self.stdout.write(f"Created admin account {username!r} (password from SHARDBOARD_ADMIN_PASSWORD).")
+            self.stdout.write(
+                f"Created admin account {username!r} (password from SHARDBOARD_ADMIN_PASSWORD)."
+            )
         else:
             self.stdout.write(f"Created admin account {username!r} with password: {password}")
             self.stdout.write("This password is shown once. Change it under /admin/.")

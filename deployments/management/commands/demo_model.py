@@ -1,0 +1,27 @@
+"""Generate the tiny demo model into the first model root, so a GPU-less machine can serve it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+DEMO_MODEL_DIR = "shardboard-demo-tiny-llama"
+
+
+class Command(BaseCommand):
+    help = "Create the tiny random-weight demo model under MODEL_ROOTS[0] (once)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from deployments.demo_model import is_complete, make_tiny_llama
+
+        path = settings.MODEL_ROOTS[0] / DEMO_MODEL_DIR
+        if is_complete(path):
+            return
+        try:
+            make_tiny_llama(path)
+        except ImportError as exc:
+            self.stderr.write(f"Skipping the demo model: the engine-cpu extra is missing ({exc}).")
+            return
+        self.stdout.write(f"Generated the demo model at {path}")

@@ -1,0 +1,237 @@
+"""Shared fixtures: personas, a real ASGI server, a real browser, a real Celery host worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connections
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+PASSWORD = "correct-horse-battery-staple"
+
+
+def _make_user(username: str, role: str | None) -> Any:
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+    if role:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    return user
+
+
+@pytest.fixture
+def viewer(db: None) -> Any:
+    return _make_user("vera-viewer", "viewer")
+
+
+@pytest.fixture
+def operator(db: None) -> Any:
+    return _make_user("otto-operator", "operator")
+
+
+@pytest.fixture
+def admin_user(db: None) -> Any:
+    return _make_user("ada-admin", "admin")
+
+
+@pytest.fixture
+def outsider(db: None) -> Any:
+    return _make_user("olga-outsider", None)
+
+
+def database_url() -> str:
+    """The URL of the database the tests run on, for processes the tests start."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(DATABASE_URL=database_url(), SHARDBOARD_VAR_DIR=str(settings.VAR_DIR))
+    env.update(extra)
+    return env
+
+
+# --- a real ASGI server (daphne) on the test database -------------------------------------
+
+
+@dataclass
+class LiveServer:
+    url: str
+    ws_url: str
+    restart: Callable[[], None]
+
+
+def _make_application() -> Any:
+    from channels.routing import get_default_application
+    from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+
+    return ASGIStaticFilesHandler(get_default_application())
+
+
+def _start_daphne(port: int = 0) -> Any:
+    from daphne.testing import DaphneProcess
+
+    # The server is forked after pytest-django switched settings to the test database, so
+    # it needs no database set-up of its own (channels' helper would prefix the name again).
+    connections.close_all()
+    proc = DaphneProcess("127.0.0.1", partial(_make_application), port=port)
+    proc.start()
+    if not proc.ready.wait(timeout=20):
+        raise RuntimeError("daphne did not start")
+    return proc
+
+
+@pytest.fixture
+def asgi_server(transactional_db: None, settings: Any) -> Iterator[LiveServer]:
+    settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    box = {"proc": _start_daphne()}
+    port = box["proc"].port.value
+
+    def restart() -> None:
+        box["proc"].terminate()
+        box["proc"].join(10)
+        box["proc"] = _start_daphne(port)
+
+    yield LiveServer(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", restart)
+    box["proc"].terminate()
+    box["proc"].join(10)
+
+
+# --- a real browser ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh --test installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API keeps an event loop on this thread; the ORM calls that tests make
+    # between browser steps are still plain synchronous calls.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(chromium: Any) -> Iterator[Any]:
+    context = chromium.new_context()
+    context.set_default_timeout(10_000)
+    tab = context.new_page()
+    yield tab
+    context.close()
+
+
+def login(page: Any, server: LiveServer, username: str, password: str = PASSWORD) -> None:
+    page.goto(f"{server.url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(lambda url: "/accounts/login/" not in url)
+
+
+# --- a real Celery host worker process -------------------------------------------------------
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def spawn_worker(name: str, log_dir: Path, **extra_env: str) -> WorkerProcess:
+    log_path = log_dir / f"worker-{name}-{time.monotonic_ns()}.log"
+    cmd = [
+        sys.executable,
+        str(ROOT / "manage.py"),
+        "hostworker",
+        "--name",
+        name,
+        "--loglevel",
+        "INFO",
+        "--no-default-queue",
+    ]
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=child_env(**extra_env),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return WorkerProcess(name, proc, log_path, extra_env)
+
+
+@pytest.fixture
+def host_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    started: list[WorkerProcess] = []
+
+    def start(name: str = "testhost", **extra_env: str) -> WorkerProcess:
+        worker = spawn_worker(name, tmp_path, **extra_env)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float = 10, interval_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(interval_s)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Browser tests last: Playwright's sync API leaves an event loop on the main thread,
+    which would stop pytest-asyncio from running the async tests after it."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)

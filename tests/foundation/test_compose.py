@@ -1,0 +1,39 @@
+"""docker/compose.yaml agrees with the settings the code reads."""
+
+from pathlib import Path
+
+import yaml
+
+from controlpanel import env
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker" / "compose.yaml"
+
+
+def load() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_services_exist() -> None:
+    assert {"postgres", "redis", "web", "worker"} <= set(load()["services"])
+
+
+def test_web_and_worker_share_valid_settings(monkeypatch) -> None:
+    services = load()["services"]
+    for name in ("web", "worker"):
+        environment = services[name]["environment"]
+        monkeypatch.setenv("DATABASE_URL", environment["DATABASE_URL"])
+        monkeypatch.setenv("REDIS_URL", environment["REDIS_URL"])
+        assert env.database_url("DATABASE_URL", "") == environment["DATABASE_URL"]
+        assert env.redis_url("REDIS_URL", "") == environment["REDIS_URL"]
+        assert "@postgres:5432/" in environment["DATABASE_URL"]
+        assert "//redis:6379/" in environment["REDIS_URL"]
+    assert services["worker"]["command"][-1] == "hostworker"
+    assert "SHARDBOARD_HOST_NAME" in services["worker"]["environment"]
+
+
+def test_postgres_credentials_match_url() -> None:
+    services = load()["services"]
+    pg = services["postgres"]["environment"]
+    url = services["web"]["environment"]["DATABASE_URL"]
+    assert f"{pg['POSTGRES_USER']}:{pg['POSTGRES_PASSWORD']}@" in url
+    assert url.endswith(f"/{pg['POSTGRES_DB']}")

@@ -1,0 +1,58 @@
+"""A websocket round trip through the real Redis channel layer."""
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+
+from controlpanel.asgi import application
+from controlpanel.consumers import user_group
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_layer_is_redis() -> None:
+    assert settings.CHANNEL_LAYERS["default"]["BACKEND"] == "channels_redis.core.RedisChannelLayer"
+
+
+async def _session_cookie(user) -> str:
+    from django.test import Client
+
+    client = Client()
+    await sync_to_async(client.force_login)(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+async def test_round_trip_for_signed_in_user(viewer) -> None:
+    cookie = await _session_cookie(viewer)
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://127.0.0.1")]
+    comm = WebsocketCommunicator(application, "/ws/events/", headers=headers)
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
+    await comm.send_json_to({"type": "ping", "echo": 42})
+    assert await comm.receive_json_from(timeout=5) == {"type": "pong", "echo": 42}
+    layer = get_channel_layer()
+    await layer.group_send(
+        user_group(viewer.pk), {"type": "event.push", "event": {"type": "x", "n": 1}}
+    )
+    assert await comm.receive_json_from(timeout=5) == {"type": "x", "n": 1}
+    await comm.disconnect()
+
+
+async def test_anonymous_is_refused() -> None:
+    comm = WebsocketCommunicator(
+        application, "/ws/events/", headers=[(b"origin", b"http://127.0.0.1")]
+    )
+    connected, code = await comm.connect(timeout=5)
+    assert not connected
+    assert code == 4401
+
+
+async def test_foreign_origin_is_refused(viewer) -> None:
+    cookie = await _session_cookie(viewer)
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://evil.example")]
+    comm = WebsocketCommunicator(application, "/ws/events/", headers=headers)
+    connected, _ = await comm.connect(timeout=5)
+    assert not connected
