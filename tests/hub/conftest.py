@@ -1,19 +1,12 @@
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
-# pytest-django puts the project root on sys.path; without it (-p no:django) do it here.
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from deployments.hub import HubClient, MemoryConfigStore, MemoryTtlStore  # noqa: E402
-from tests.hubstub import HubStub  # noqa: E402
+from deployments.hub import HubClient, MemoryConfigStore, MemoryTtlStore
+from tests.hubstub import HubStub
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
 GEMMA = "google/gemma-2-9b-it"
