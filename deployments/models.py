@@ -1,0 +1,158 @@
+"""Deployments, their GPU leases and their timelines.
+
+State changes go through `Deployment.transition`, a compare-and-set UPDATE plus an event row
+(healthchecks' Flip), so a duplicate or late task delivery cannot move a deployment backwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from monitoring.models import Gpu, Host
+
+
+class Status(models.TextChoices):
+    PENDING = "pending", "Pending"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    STOPPING = "stopping", "Stopping"
+    STOPPED = "stopped", "Stopped"
+    FAILED = "failed", "Failed"
+
+
+TERMINAL = frozenset({Status.STOPPED, Status.FAILED})
+ACTIVE = frozenset({Status.PENDING, Status.STARTING, Status.RUNNING, Status.STOPPING})
+
+# Allowed moves; `failed` is reachable from every non-terminal state.
+_NEXT: dict[Status, frozenset[Status]] = {
+    Status.PENDING: frozenset({Status.STARTING, Status.STOPPING, Status.FAILED}),
+    Status.STARTING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED}),
+    Status.RUNNING: frozenset({Status.STOPPING, Status.FAILED}),
+    Status.STOPPING: frozenset({Status.STOPPED, Status.FAILED}),
+    Status.STOPPED: frozenset(),
+    Status.FAILED: frozenset(),
+}
+
+
+def can_move(old: Status, new: Status) -> bool:
+    return new in _NEXT[old]
+
+
+class Engine(models.TextChoices):
+    VLLM = "vllm", "vLLM"
+    TRANSFORMERS = "transformers", "Transformers"
+
+
+class Deployment(models.Model):
+    name = models.SlugField(max_length=63)
+    model_id = models.CharField(max_length=300, help_text="Hub id or local path")
+    revision = models.CharField(max_length=100, blank=True)
+    engine = models.CharField(max_length=20, choices=Engine.choices)
+    host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
+    plan = models.JSONField(default=dict)
+    argv = models.JSONField(default=list, blank=True, help_text="rendered, secrets masked")
+    env = models.JSONField(default=dict, blank=True, help_text="rendered, secrets masked")
+    port = models.PositiveIntegerField(null=True, blank=True)
+    bind_host = models.CharField(max_length=100, blank=True)
+    api_key_hash = models.CharField(max_length=64, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    failure_reason = models.TextField(blank=True)
+    diagnosis = models.JSONField(default=dict, blank=True)
+    pid = models.IntegerField(null=True, blank=True)
+    pgid = models.IntegerField(null=True, blank=True)
+    process_started_at = models.FloatField(null=True, blank=True)
+    log_path = models.CharField(max_length=500, blank=True)
+    restart_count = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deployments"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=Q(status__in=["pending", "starting", "running", "stopping"]),
+                name="deployment_active_name_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.bind_host or '127.0.0.1'}:{self.port}"
+
+    @property
+    def served_model_name(self) -> str:
+        return self.name
+
+    def engine_api_key(self) -> str:
+        """The engine's API key, derived (never stored): web and workers share SECRET_KEY."""
+        message = f"shardboard-engine-key:{self.pk}:{self.created_at.isoformat()}".encode()
+        return hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).hexdigest()
+
+    def transition(self, new: Status, *, reason: str = "", **fields: Any) -> bool:
+        """Compare-and-set from the status this instance holds to `new`, plus an event row."""
+        old = Status(self.status)
+        if not can_move(old, new):
+            return False
+        changed = {"status": new, "updated_at": timezone.now(), **fields}
+        rows = Deployment.objects.filter(pk=self.pk, status=old).update(**changed)
+        if rows != 1:
+            return False  # another worker got there first
+        for key, value in changed.items():
+            setattr(self, key, value)
+        DeploymentEvent.objects.create(
+            deployment=self, old_status=old, new_status=new, reason=reason
+        )
+        return True
+
+
+class DeploymentEvent(models.Model):
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    old_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
+    new_status = models.CharField(max_length=20, choices=Status.choices)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.old_status} -> {self.new_status}"
+
+
+class GpuLease(models.Model):
+    """A deployment holds a GPU. One active lease per GPU, enforced by the database."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="leases")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="leases")
+    memory_bytes = models.BigIntegerField(default=0, help_text="planned memory on this GPU")
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"], condition=Q(active=True), name="gpu_one_active_lease"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.gpu} -> {self.deployment_id}"
