@@ -1,0 +1,177 @@
+"""Per-GPU memory of one TP × PP layout, and what vLLM would make of it at start-up."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .activation import activation_bytes, cuda_graph_bytes, non_torch_bytes
+from .checks import layout_errors
+from .kvcache import StageKv, stage_kv
+from .request import Settings
+from .spec import ModelSpec
+from .units import GIB, gib
+from .weights import Shard, rank_weights_bytes
+
+NO_KV_MEMORY = (
+    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+    "when initializing the engine."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    """One rank's memory as vLLM accounts it; ``total_bytes`` is what it will hold."""
+
+    weights_bytes: int
+    activation_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int
+    kv_cache_bytes: int
+    total_bytes: int
+    gpu_total_bytes: int
+    budget_bytes: int  # total × gpu_memory_utilization
+
+    @property
+    def free_bytes(self) -> int:
+        """What is left on the device once the engine is up."""
+        return self.gpu_total_bytes - self.total_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutMemory:
+    """Outcome of one layout: per rank (stage-major), KV capacity, and why it would fail."""
+
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    per_gpu: tuple[GpuMemory, ...]
+    kv_cache_tokens: int
+    max_model_len: int
+    reasons: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def fits(self) -> bool:
+        """vLLM would start and serve at least one request of ``max_model_len``."""
+        return not self.reasons
+
+    @property
+    def max_concurrency(self) -> float:
+        """KV tokens over ``max_model_len``."""
+        return self.kv_cache_tokens / self.max_model_len if self.max_model_len else 0.0
+
+
+def evaluate_layout(
+    spec: ModelSpec, s: Settings, *, tp: int, pp: int, gpu_totals: list[int], nvlink: bool = True
+) -> LayoutMemory:
+    """Memory on each of the ``tp × pp`` GPUs whose total sizes are ``gpu_totals``."""
+    errors = layout_errors(spec, tp, pp, s)
+    if errors:
+        empty = tuple(_empty(t, s) for t in gpu_totals)
+        return LayoutMemory(tp, pp, empty, 0, s.max_model_len, tuple(errors), ())
+    cache: dict[tuple[int, int], tuple[GpuMemory, StageKv]] = {}
+    for r, total in enumerate(gpu_totals):
+        if (r // tp, total) not in cache:
+            cache[r // tp, total] = _rank(spec, s, tp, pp, r // tp, total, nvlink)
+    return _judge(s, tp, pp, [cache[r // tp, t] for r, t in enumerate(gpu_totals)])
+
+
+def _empty(total: int, s: Settings) -> GpuMemory:
+    return GpuMemory(0, 0, 0, 0, 0, 0, total, math.ceil(total * s.gpu_memory_utilization))
+
+
+def _rank(
+    spec: ModelSpec, s: Settings, tp: int, pp: int, stage: int, total: int, nvlink: bool
+) -> tuple[GpuMemory, StageKv]:
+    shard = Shard(tp, pp, stage, s.dtype_bytes, s.quant)
+    budget = math.ceil(total * s.gpu_memory_utilization)
+    weights = rank_weights_bytes(spec, shard)
+    act = activation_bytes(spec, shard, s)
+    other = non_torch_bytes(s, tp=tp, tp_over_nvlink=nvlink)
+    graphs = cuda_graph_bytes(spec, shard, s)
+    in_budget = graphs if s.profile.cuda_graphs_in_budget else 0
+    kv = budget - weights - act - other - in_budget
+    used = weights + act + other + graphs + max(kv, 0)
+    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget)
+    kv_layout = stage_kv(
+        spec, tp=tp, pp=pp, pp_rank=stage, block_size=s.block_size, element_bytes=s.kv_element_bytes
+    )
+    return mem, kv_layout
+
+
+def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
+    reasons: list[str] = []
+    warnings: list[str] = []
+    max_len = _fit_length(s, ranks, reasons, warnings)
+    blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
+    tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)
+    reasons += _graph_overflow(s, [mem for mem, _ in ranks])
+    per_gpu = tuple(_clamped(mem) for mem, _ in ranks)
+    if not reasons and tokens < 4 * max_len:
+        warnings.append(
+            f"little KV headroom: {tokens} tokens hold {tokens / max_len:.2f} requests "
+            f"of {max_len} tokens"
+        )
+    return LayoutMemory(tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings))
+
+
+def _clamped(mem: GpuMemory) -> GpuMemory:
+    if mem.kv_cache_bytes >= 0:
+        return mem
+    from dataclasses import replace
+
+    return replace(mem, kv_cache_bytes=0)
+
+
+def _fit_length(
+    s: Settings, ranks: list[tuple[GpuMemory, StageKv]], reasons: list[str], warnings: list[str]
+) -> int:
+    """The max_model_len vLLM ends up with, appending its errors when none fits."""
+    worst = min(ranks, key=lambda r: r[0].kv_cache_bytes)
+    available = worst[0].kv_cache_bytes
+    if available <= 0:
+        reasons.append(f"{NO_KV_MEMORY} (KV cache memory would be {gib(available):.2f} GiB)")
+        return s.max_model_len
+    fitting = min(
+        kv.longest_fitting_len(m.kv_cache_bytes, s.max_num_batched_tokens) for m, kv in ranks
+    )
+    if fitting >= s.max_model_len:
+        return s.max_model_len
+    needed = max(kv.request_bytes(s.max_model_len, s.max_num_batched_tokens) for _, kv in ranks)
+    if s.max_model_len_given or fitting < s.block_size:
+        reasons.append(_too_long(s.max_model_len, needed, available, fitting))
+        return s.max_model_len
+    clipped = fitting // s.block_size * s.block_size
+    warnings.append(f"context clipped to {clipped} tokens (the model allows {s.max_model_len})")
+    return clipped
+
+
+def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
+    return (
+        f"To serve at least one request with the models's max seq len ({length}), "
+        f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
+        f"cache memory ({available / GIB:.2f} GiB). Based on the available memory, the "
+        f"estimated maximum model length is {fitting}. Try increasing `gpu_memory_utilization` "
+        "or decreasing `max_model_len` when initializing the engine."
+    )
+
+
+def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
+    if len(kv.groups) <= 1 or not s.profile.hybrid_tokens_from_concurrency:
+        return kv.tokens(blocks)
+    per_request = kv.request_bytes(max_len, s.max_num_batched_tokens)
+    return int(blocks * kv.block_bytes / per_request * max_len) if per_request else 0
+
+
+def _graph_overflow(s: Settings, mems: list[GpuMemory]) -> list[str]:
+    if s.profile.cuda_graphs_in_budget:
+        return []
+    over = [m for m in mems if m.budget_bytes + m.cuda_graph_bytes > m.gpu_total_bytes]
+    if not over:
+        return []
+    m = over[0]
+    return [
+        f"CUDA out of memory capturing CUDA graphs: {gib(m.cuda_graph_bytes):.2f} GiB of graphs "
+        f"do not fit above the {gib(m.budget_bytes):.2f} GiB budget on a "
+        f"{gib(m.gpu_total_bytes):.2f} GiB GPU; lower gpu_memory_utilization"
+    ]

@@ -1,0 +1,115 @@
+"""``PlanRequest``: the user's overrides, and the settings they resolve to on given GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import quant as quant_mod
+from .errors import PlanningError
+from .kvcache import kv_element_bytes
+from .quant import QuantSpec
+from .spec import ModelSpec
+from .units import canonical_dtype, dtype_bytes
+from .versions import DEFAULT_VLLM_VERSION, VersionProfile, default_batching, profile_for
+
+KV_DTYPES = frozenset(
+    {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """What to plan; ``None`` means vLLM's default for the target version and GPU."""
+
+    model: str = ""  # the positional argument of ``vllm serve``
+    tensor_parallel_size: int | None = None
+    pipeline_parallel_size: int | None = None
+    dtype: str = "auto"
+    quantization: str | None = None
+    kv_cache_dtype: str = "auto"
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    gpu_memory_utilization: float | None = None
+    block_size: int | None = None
+    vllm_version: str = DEFAULT_VLLM_VERSION
+    enforce_eager: bool = False
+
+    def validate(self) -> None:
+        """Raise PlanningError on numbers no vLLM would accept."""
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
+            _positive(name, getattr(self, name))
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+            _positive(name, getattr(self, name))
+        gmu = self.gpu_memory_utilization
+        if gmu is not None and not 0 < gmu <= 1:
+            raise PlanningError(f"gpu_memory_utilization must be in (0, 1], got {gmu}")
+        if self.kv_cache_dtype not in KV_DTYPES:
+            raise PlanningError(f"unsupported kv-cache dtype {self.kv_cache_dtype!r}")
+        if self.block_size is not None and self.block_size % 16 and self.block_size not in (1, 8):
+            raise PlanningError(
+                f"block_size must be 1, 8 or a multiple of 16, got {self.block_size}"
+            )
+        profile_for(self.vllm_version)
+
+
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or value <= 0):
+        raise PlanningError(f"{name} must be a positive whole number, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A request resolved against a model and the smallest GPU of a layout."""
+
+    profile: VersionProfile
+    dtype: str
+    dtype_bytes: int
+    quant: QuantSpec | None
+    kv_element_bytes: int
+    max_model_len: int
+    max_model_len_given: bool
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    block_size: int
+    enforce_eager: bool
+
+
+def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: str) -> Settings:
+    """Fill every default the way ``vllm serve`` would on this GPU."""
+    profile = profile_for(req.vllm_version)
+    dtype = _model_dtype(spec, req.dtype)
+    tokens, seqs = default_batching(profile, gpu_total_bytes, gpu_name)
+    gmu = req.gpu_memory_utilization or profile.default_gpu_memory_utilization
+    return Settings(
+        profile=profile,
+        dtype=dtype,
+        dtype_bytes=dtype_bytes(dtype),
+        quant=_quant(spec, req.quantization),
+        kv_element_bytes=kv_element_bytes(req.kv_cache_dtype, dtype_bytes(dtype)),
+        max_model_len=req.max_model_len or spec.derived_max_model_len,
+        max_model_len_given=req.max_model_len is not None,
+        max_num_seqs=req.max_num_seqs or seqs,
+        max_num_batched_tokens=req.max_num_batched_tokens or tokens,
+        gpu_memory_utilization=gmu,
+        block_size=req.block_size or 16,
+        enforce_eager=req.enforce_eager,
+    )
+
+
+def _model_dtype(spec: ModelSpec, requested: str) -> str:
+    if requested.lower() != "auto":
+        return canonical_dtype(requested)
+    return "float16" if spec.dtype == "float32" else spec.dtype
+
+
+def _quant(spec: ModelSpec, method: str | None) -> QuantSpec | None:
+    if not method:
+        return spec.quant
+    if spec.quant is not None:
+        return spec.quant  # the checkpoint's own format; --quantization only names its kernel
+    try:
+        return quant_mod.runtime(method.lower())
+    except ValueError as exc:
+        raise PlanningError(str(exc)) from None

@@ -1,0 +1,70 @@
+"""JSON-able views of plan results: the CLI's contract, and a richer one for the web pages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .memory import GpuMemory
+from .search import Plan, PlanResult
+
+GPU_KEYS = (
+    "weights_bytes",
+    "activation_bytes",
+    "non_torch_bytes",
+    "cuda_graph_bytes",
+    "kv_cache_bytes",
+    "total_bytes",
+)
+PLAN_KEYS = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "replicas",
+    "fits",
+    "reasons",
+    "warnings",
+    "per_gpu",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "command",
+)
+
+
+def gpu_to_json(mem: GpuMemory) -> dict[str, int]:
+    """The six contract keys of one GPU."""
+    return {key: int(getattr(mem, key)) for key in GPU_KEYS}
+
+
+def plan_to_json(p: Plan) -> dict[str, Any]:
+    """Exactly the contract keys of one plan."""
+    return {
+        "tensor_parallel_size": p.tensor_parallel_size,
+        "pipeline_parallel_size": p.pipeline_parallel_size,
+        "replicas": p.replicas,
+        "fits": p.fits,
+        "reasons": list(p.reasons),
+        "warnings": list(p.warnings),
+        "per_gpu": [gpu_to_json(m) for m in p.per_gpu],
+        "kv_cache_tokens": p.kv_cache_tokens,
+        "max_concurrency": p.max_concurrency,
+        "command": list(p.command),
+    }
+
+
+def result_to_json(result: PlanResult) -> dict[str, Any]:
+    """The ``plan --json`` object: ``{"plans": [...]}`` and nothing else."""
+    return {"plans": [plan_to_json(p) for p in result.plans]}
+
+
+def plan_details(p: Plan) -> dict[str, Any]:
+    """Contract keys plus GPU ids per replica, budget/free per GPU and the final max_model_len."""
+    out = plan_to_json(p)
+    out["gpus"] = [[{"host": g.host, "index": g.index} for g in r] for r in p.gpus]
+    out["max_model_len"] = p.max_model_len
+    out["multi_host"] = p.multi_host
+    for entry, mem in zip(out["per_gpu"], p.per_gpu, strict=True):
+        entry.update(
+            gpu_total_bytes=mem.gpu_total_bytes,
+            budget_bytes=mem.budget_bytes,
+            free_bytes=mem.free_bytes,
+        )
+    return out

@@ -1,0 +1,134 @@
+"""Weight bytes on one GPU rank, sharded the way vLLM's parallel layers shard them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .quant import QuantSpec
+from .spec import MlaSpec, ModelSpec, MoeSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """Where a rank sits: its tensor-parallel width and its pipeline stage."""
+
+    tp: int
+    pp: int
+    pp_rank: int
+    dtype_bytes: int
+    quant: QuantSpec | None
+
+    @property
+    def is_first(self) -> bool:
+        """First pipeline stage: holds the embedding."""
+        return self.pp_rank == 0
+
+    @property
+    def is_last(self) -> bool:
+        """Last pipeline stage: holds the final norm, LM head and sampler."""
+        return self.pp_rank == self.pp - 1
+
+    def linear(self, in_features: int, out_features: int, *, expert: bool = False) -> int:
+        """Bytes of one linear weight as stored on this rank."""
+        q = self.quant
+        if q is None or (q.experts_only and not expert):
+            return in_features * out_features * self.dtype_bytes
+        return q.linear_bytes(in_features, out_features)
+
+
+def pp_layer_ranges(num_layers: int, pp: int) -> list[range]:
+    """vLLM's get_pp_indices: equal parts, the remainder going to the stages before the last."""
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    starts = [sum(parts[:i]) for i in range(pp)]
+    return [range(s, s + n) for s, n in zip(starts, parts, strict=True)]
+
+
+def kv_heads_per_rank(spec: ModelSpec, tp: int) -> int:
+    """``max(1, kv_heads // tp)``: KV heads are replicated once TP exceeds them."""
+    return max(1, spec.num_kv_heads // tp)
+
+
+def rank_weights_bytes(spec: ModelSpec, shard: Shard) -> int:
+    """All parameters and persistent buffers a rank allocates when loading the model."""
+    layers = pp_layer_ranges(spec.num_layers, shard.pp)[shard.pp_rank]
+    total = sum(_layer_bytes(spec, shard, i) for i in layers)
+    total += _vocab_bytes(spec, shard)
+    if shard.is_last:
+        total += _norm_bytes(spec, shard)
+    rope = spec.rope_cache_len * spec.rotary_dim * shard.dtype_bytes * spec.rope_caches
+    return total + rope + spec.vision_parameters * shard.dtype_bytes
+
+
+def _vocab_bytes(spec: ModelSpec, shard: Shard) -> int:
+    rows = spec.padded_vocab_size // shard.tp
+    table = rows * spec.hidden_size * shard.dtype_bytes
+    total = table if shard.is_first else 0
+    if shard.is_last and not (spec.tie_word_embeddings and shard.is_first):
+        total += table  # untied LM head, or the last stage's own copy of a tied embedding
+    if shard.is_last and spec.lm_head_bias:
+        total += rows * shard.dtype_bytes
+    return total
+
+
+def _norm_bytes(spec: ModelSpec, shard: Shard) -> int:
+    return spec.hidden_size * shard.dtype_bytes * (2 if spec.norm_has_bias else 1)
+
+
+def _layer_bytes(spec: ModelSpec, shard: Shard, layer: int) -> int:
+    attn = _mla_bytes(spec, shard, spec.mla) if spec.mla else _attention_bytes(spec, shard)
+    moe = spec.moe if spec.is_moe(layer) else None
+    mlp = _moe_bytes(spec, shard, moe) if moe else _dense_mlp_bytes(spec, shard)
+    norms = spec.norms_per_layer * _norm_bytes(spec, shard)
+    return attn + mlp + norms
+
+
+def _attention_bytes(spec: ModelSpec, shard: Shard) -> int:
+    h, d, b = spec.hidden_size, spec.head_dim, shard.dtype_bytes
+    q_heads = spec.num_heads // shard.tp
+    qkv_out = (q_heads + 2 * kv_heads_per_rank(spec, shard.tp)) * d
+    total = shard.linear(h, qkv_out) + shard.linear(q_heads * d, h)
+    total += qkv_out * b if spec.qkv_bias else 0
+    total += h * b if spec.o_bias else 0
+    return total + (2 * d * b if spec.qk_norm else 0)
+
+
+def _mla_bytes(spec: ModelSpec, shard: Shard, m: MlaSpec) -> int:
+    h, b = spec.hidden_size, shard.dtype_bytes
+    heads = spec.num_heads // shard.tp
+    q_width = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+    if m.q_lora_rank:
+        q = shard.linear(h, m.q_lora_rank) + shard.linear(m.q_lora_rank, q_width)
+        q += m.q_lora_rank * b
+    else:
+        q = shard.linear(h, q_width)
+    kv_b_out = heads * (m.qk_nope_head_dim + m.v_head_dim)
+    kv = (
+        shard.linear(h, m.latent_size) + m.kv_lora_rank * b + shard.linear(m.kv_lora_rank, kv_b_out)
+    )
+    # W_UK_T / W_UV: vLLM keeps 16-bit copies of kv_b_proj for the absorbed decode path
+    absorbed = m.kv_lora_rank * kv_b_out * 2
+    return q + kv + absorbed + shard.linear(heads * m.v_head_dim, h)
+
+
+def _dense_mlp_bytes(spec: ModelSpec, shard: Shard) -> int:
+    return _mlp_bytes(spec, shard, spec.intermediate_size // shard.tp, expert=False)
+
+
+def _mlp_bytes(spec: ModelSpec, shard: Shard, inter: int, *, expert: bool) -> int:
+    h, b = spec.hidden_size, shard.dtype_bytes
+    up = 2 * inter if spec.gated_mlp else inter
+    total = shard.linear(h, up, expert=expert) + shard.linear(inter, h, expert=expert)
+    return total + ((inter + h) * b if spec.mlp_bias else 0)
+
+
+def _moe_bytes(spec: ModelSpec, shard: Shard, moe: MoeSpec) -> int:
+    h, b = spec.hidden_size, shard.dtype_bytes
+    expert = _mlp_bytes(spec, shard, moe.expert_intermediate_size // shard.tp, expert=True)
+    router = moe.num_experts * h * b + (moe.num_experts * 4 if moe.router_bias else 0)
+    shared = 0
+    if moe.shared_intermediate_size:
+        shared = _mlp_bytes(spec, shard, moe.shared_intermediate_size // shard.tp, expert=False)
+        shared += h * b if moe.shared_expert_gate else 0
+    return moe.num_experts * expert + router + shared
