@@ -1,0 +1,342 @@
+"""Read paths of the monitoring app: backfills, inventory, topology matrices, metric snapshots.
+
+Also the pure builders of what the host worker adds to a live sample: which deployment owns
+each GPU process (``own``), memory per deployment (``dm``) and the rest (``mo``), and the
+nvidia-smi-like table rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import redis
+from django.conf import settings
+from django.utils import timezone
+
+from monitoring.gpus.base import DeviceInfo, HostSample
+from monitoring.history import (
+    KEY_PREFIX,
+    RAW_WINDOWS,
+    WINDOWS_MS,
+    History,
+    decode_sample,
+    raw_key,
+    sanitize_host,
+)
+from monitoring.models import Gpu, Host
+from monitoring.payloads import backfill_message, display_value, table_rows
+from monitoring.prom import HostSnapshot
+
+log = logging.getLogger(__name__)
+
+ALL_GROUP = "gpus.all"
+OWNERS_TTL_S = 2 * 3600  # longer than the raw history the map explains
+ACTIVE_STATUSES = ("starting", "running", "stopping")
+BACKFILL_MAX_POINTS = 720
+LEGEND: tuple[tuple[str, str], ...] = (
+    ("X", "Self"),
+    ("SYS", "Connection traversing PCIe as well as the SMP interconnect between NUMA nodes"),
+    (
+        "NODE",
+        "Connection traversing PCIe and the interconnect between PCIe host bridges within a NUMA node",
+    ),
+    ("PHB", "Connection traversing PCIe as well as a PCIe host bridge (typically the CPU)"),
+    ("PXB", "Connection traversing multiple PCIe bridges (without the PCIe host bridge)"),
+    ("PIX", "Connection traversing at most a single PCIe bridge"),
+    ("NV#", "Connection traversing a bonded set of # NVLinks"),
+)
+PCIE_LEVELS = frozenset({"PIX", "PXB", "PHB", "NODE"})
+
+
+def host_group(host: str) -> str:
+    """Channel-layer group of one host's samples (names: ``[A-Za-z0-9._-]``, < 100 chars)."""
+    return f"gpus.host.{sanitize_host(host)[:80]}"
+
+
+def owners_key(host: str) -> str:
+    return f"{KEY_PREFIX}:own:{sanitize_host(host)}"
+
+
+@cache
+def redis_client() -> redis.Redis:
+    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
+
+
+def history() -> History:
+    return History(redis_client(), interval_s=settings.SAMPLE_INTERVAL_S)
+
+
+# --- attribution (pure, plus the one syscall the worker makes) ---------------------------
+
+
+def active_deployment_pgids(host: str) -> dict[int, str]:
+    """pgid -> deployment name for the engines that may hold GPU memory on this host."""
+    from deployments.models import Deployment
+
+    rows = Deployment.objects.filter(
+        host__name=host, status__in=ACTIVE_STATUSES, pgid__isnull=False
+    ).values_list("pgid", "name")
+    return {int(pgid): str(name) for pgid, name in rows}
+
+
+def process_group(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None
+
+
+def process_owners(
+    sample: HostSample,
+    pgid_owners: Mapping[int, str],
+    getpgid: Callable[[int], int | None] = process_group,
+) -> dict[str, str]:
+    """``{"<pid>": deployment}`` for the sample's processes that belong to a deployment."""
+    if not pgid_owners:
+        return {}
+    pids = {p.pid for g in sample.gpus for p in g.processes}
+    owned = {pid: pgid_owners.get(getpgid(pid) or -1) for pid in pids}
+    return {str(pid): name for pid, name in owned.items() if name}
+
+
+def memory_split(
+    processes: Iterable[Sequence[Any]], used_mib: float | None, own: Mapping[str, str]
+) -> tuple[dict[str, float], float | None]:
+    """MiB per deployment, and the rest of the used memory ("other": not ours, or the driver)."""
+    split: dict[str, float] = {}
+    for pid, mib, _name in processes:
+        owner = own.get(str(pid))
+        if owner and mib is not None:
+            split[owner] = split.get(owner, 0) + mib
+    other = None if used_mib is None else max(0.0, used_mib - sum(split.values()))
+    return split, other
+
+
+def rows_payload(
+    devices: Sequence[DeviceInfo], sample: HostSample | None, *, simulated: bool
+) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(r) for r in table_rows(devices, sample, simulated=simulated)]
+
+
+def publish_message(
+    message: dict[str, Any],
+    sample: HostSample,
+    devices: Sequence[DeviceInfo],
+    own: Mapping[str, str],
+    *,
+    simulated: bool,
+) -> dict[str, Any]:
+    """A ``payloads.live_message`` plus attribution and table rows (what the browser draws)."""
+    for gpu in message["g"]:
+        gpu["dm"], gpu["mo"] = memory_split(gpu.get("pr", ()), gpu.get("m"), own)
+    return {**message, "own": dict(own), "rows": rows_payload(devices, sample, simulated=simulated)}
+
+
+def stored_owners(host: str) -> dict[str, str]:
+    raw = redis_client().hgetall(owners_key(host))
+    return {_text(k): _text(v) for k, v in dict(raw).items()}  # type: ignore[arg-type]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# --- inventory and backfill ---------------------------------------------------------------
+
+
+def device_info(gpu: Gpu) -> DeviceInfo:
+    return DeviceInfo(
+        index=gpu.index,
+        uuid=gpu.uuid,
+        name=gpu.name,
+        memory_total_bytes=gpu.memory_total_bytes,
+        pci_bus_id=gpu.pci_bus_id,
+        numa_node=gpu.numa_node,
+    )
+
+
+def hosts_with_gpus(host: str | None = None) -> list[Host]:
+    hosts = Host.objects.prefetch_related("gpus")
+    return list(hosts.filter(name=host) if host else hosts)
+
+
+def present_devices(host: Host) -> list[DeviceInfo]:
+    return [device_info(g) for g in host.gpus.all() if g.present]
+
+
+def host_inventory(host: Host) -> dict[str, Any]:
+    devices = present_devices(host)
+    return {
+        "online": host.is_online(),
+        "backend": host.backend,
+        "note": host.backend_note,
+        "devices": [
+            {
+                "i": d.index,
+                "name": d.name,
+                "uuid": d.uuid,
+                "mt": display_value("m", d.memory_total_bytes),
+            }
+            for d in devices
+        ],
+    }
+
+
+def host_backfill(host: Host, window: str, *, now_ms: int) -> dict[str, Any]:
+    store = history()
+    series = store.read_window(host.name, window, now_ms=now_ms, max_points=BACKFILL_MAX_POINTS)
+    own = stored_owners(host.name)
+    _add_memory_split(host.name, window, series, own)
+    latest = store.latest(host.name)
+    devices = present_devices(host)
+    message = backfill_message(host.name, window, series, simulated=host.simulated)
+    return {
+        **message,
+        **host_inventory(host),
+        "own": own,
+        "rows": rows_payload(devices, latest, simulated=host.simulated),
+    }
+
+
+def backfill(window: str, host: str | None = None) -> dict[str, Any]:
+    """The first message of a dashboard connection: every host's window of history."""
+    if window not in WINDOWS_MS:
+        raise ValueError(f"unknown window {window!r}")
+    now_ms = time.time_ns() // 1_000_000
+    return {
+        "type": "backfill",
+        "w": window,
+        "hosts": [host_backfill(h, window, now_ms=now_ms) for h in hosts_with_gpus(host)],
+    }
+
+
+def _add_memory_split(host: str, window: str, series: dict[str, Any], own: dict[str, str]) -> None:
+    """``dm``/``mo`` series next to ``m``; only raw windows keep per-process memory."""
+    for values in series["g"].values():
+        values["dm"], values["mo"] = {}, list(values["m"])
+    if not own or window not in RAW_WINDOWS or not series["t"]:
+        return
+    wanted = {t: n for n, t in enumerate(series["t"])}
+    entries = redis_client().xrange(raw_key(host), min=series["t"][0], max=series["t"][-1])
+    for _, entry in list(entries or []):  # type: ignore[arg-type]
+        sample = decode_sample(entry[b"d"] if b"d" in entry else entry["d"])
+        n = wanted.get(sample.ts_ms)
+        if n is not None:
+            _split_point(series, sample, n, own)
+
+
+def _split_point(series: dict[str, Any], sample: HostSample, n: int, own: dict[str, str]) -> None:
+    for gpu in sample.gpus:
+        values = series["g"].get(str(gpu.index))
+        if values is None:
+            continue
+        procs = [(p.pid, display_value("m", p.used_memory_bytes), p.name) for p in gpu.processes]
+        split, other = memory_split(procs, values["m"][n], own)
+        values["mo"][n] = other
+        for name, mib in split.items():
+            values["dm"].setdefault(name, [None] * len(series["t"]))[n] = mib
+
+
+# --- Prometheus and topology ----------------------------------------------------------------
+
+
+def metric_snapshots() -> list[HostSnapshot]:
+    """The latest sample of every registered host that has one."""
+    store = history()
+    snapshots = []
+    for host in hosts_with_gpus():
+        latest = store.latest(host.name)
+        if latest is not None:
+            snapshots.append(HostSnapshot(host.name, host.simulated, present_devices(host), latest))
+    return snapshots
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopologyView:
+    host: Host
+    online: bool
+    headers: list[str]
+    rows: list[dict[str, Any]]
+    p2p_rows: list[dict[str, Any]]
+    warnings: list[str]
+
+
+def link_map(host: Host) -> dict[tuple[int, int], dict[str, Any]]:
+    links = {}
+    for link in host.topology or []:
+        a, b = int(link["a"]), int(link["b"])
+        links[(a, b)] = links[(b, a)] = link
+    return links
+
+
+def _label(link: dict[str, Any] | None) -> str:
+    if link is None:
+        return "?"
+    level = str(link.get("level", "SYS"))
+    return f"NV{int(link.get('nvlink_count') or 1)}" if level == "NV" else level
+
+
+def _p2p(link: dict[str, Any] | None) -> str:
+    value = None if link is None else link.get("p2p_read_ok")
+    return "N/A" if value is None else ("OK" if value else "NS")
+
+
+def topology_warnings(
+    indices: Sequence[int], links: Mapping[tuple[int, int], dict[str, Any]]
+) -> list[str]:
+    pairs = [(a, b) for a in indices for b in indices if a < b]
+    by_kind: dict[str, list[str]] = {"pcie": [], "sys": [], "p2p": []}
+    for a, b in pairs:
+        link = links.get((a, b))
+        label = _label(link)
+        if label in PCIE_LEVELS:
+            by_kind["pcie"].append(f"GPU{a}–GPU{b} ({label})")
+        elif label == "SYS":
+            by_kind["sys"].append(f"GPU{a}–GPU{b}")
+        if link is not None and link.get("p2p_read_ok") is False:
+            by_kind["p2p"].append(f"GPU{a}–GPU{b}")
+    texts = {
+        "pcie": "Tensor parallelism over these pairs would run over PCIe, not NVLink: ",
+        "sys": "Tensor parallelism over these pairs would cross CPU sockets (SYS): ",
+        "p2p": "No peer-to-peer access between: ",
+    }
+    return [texts[kind] + ", ".join(found) for kind, found in by_kind.items() if found]
+
+
+def topology_view(host: Host) -> TopologyView:
+    gpus = [g for g in host.gpus.all() if g.present]
+    indices = [g.index for g in gpus]
+    links = link_map(host)
+
+    def cells(render: Callable[[dict[str, Any] | None], str]) -> list[dict[str, Any]]:
+        return [
+            {
+                "gpu": g,
+                "cells": ["X" if a == b else render(links.get((a, b))) for b in indices],
+            }
+            for g, a in zip(gpus, indices, strict=True)
+        ]
+
+    return TopologyView(
+        host=host,
+        online=host.is_online(timezone.now()),
+        headers=[f"GPU{i}" for i in indices],
+        rows=cells(_label),
+        p2p_rows=cells(_p2p),
+        warnings=topology_warnings(indices, links),
+    )
+
+
+def topology_views() -> list[TopologyView]:
+    return [topology_view(h) for h in hosts_with_gpus()]
+
+
+def dumps(message: dict[str, Any]) -> str:
+    return json.dumps(message, separators=(",", ":"))

@@ -1,0 +1,193 @@
+"""The monitoring side of the host worker: register, heartbeat, sample and publish.
+
+Imported only by the ``hostworker`` management command, so these Celery signal handlers run
+in that process alone. ``current_backend()`` is the GPU backend this host uses; the
+deployment code calls ``attach``/``detach`` on it for simulated engines.
+
+Groups: every live sample goes to ``selectors.host_group(host)`` and ``selectors.ALL_GROUP``
+as ``{"type": "gpu.sample", "sample": <message>}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from asgiref.sync import async_to_sync
+from celery.signals import worker_ready, worker_shutdown
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+
+from controlpanel.celery import host_queue
+from monitoring import selectors, services
+from monitoring.gpus import GpuBackend, HostSample, get_backend
+from monitoring.history import History
+from monitoring.payloads import live_message
+from monitoring.sampler import Sampler, Sink, fan_out
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_backend: GpuBackend | None = None
+_agent: HostAgent | None = None
+
+
+def host_name() -> str:
+    return str(settings.SHARDBOARD_HOST_NAME)
+
+
+def heartbeat_interval_s() -> float:
+    return max(0.2, float(os.environ.get("HEARTBEAT_INTERVAL_S", "5")))
+
+
+def select_backend(host: str) -> GpuBackend:
+    state_dir = settings.VAR_DIR / "simgpus" / host
+    return get_backend(
+        settings.GPU_BACKEND, simulated_spec=settings.SIMULATED_GPUS, state_dir=state_dir
+    )
+
+
+def current_backend() -> GpuBackend:
+    """This process's GPU backend, built on first use (the same object the sampler reads)."""
+    global _backend
+    with _lock:
+        if _backend is None:
+            _backend = select_backend(host_name())
+        return _backend
+
+
+def backend_note(backend: GpuBackend) -> str:
+    if not backend.simulated:
+        return "NVML"
+    reason = "GPU_BACKEND=simulated" if settings.GPU_BACKEND == "simulated" else "no NVIDIA driver"
+    return f"simulated GPUs {settings.SIMULATED_GPUS} ({reason})"
+
+
+def register(host: str, backend: GpuBackend) -> None:
+    services.host_register(
+        name=host,
+        queue=host_queue(host),
+        address=socket.gethostname(),
+        backend="simulated" if backend.simulated else "nvml",
+        simulated=backend.simulated,
+        backend_note=backend_note(backend),
+        devices=backend.devices(),
+        topology=backend.topology(),
+        info={"pid": os.getpid(), "interval_s": settings.SAMPLE_INTERVAL_S},
+    )
+    log.info("host %s registered with %d GPU(s)", host, len(backend.devices()))
+
+
+@dataclass
+class HostAgent:
+    """The heartbeat thread (which also refreshes deployment pgids) and the sampler."""
+
+    host: str
+    backend: GpuBackend
+    history: History
+    pgid_owners: dict[int, str] = field(default_factory=dict)
+    registered: bool = False
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    sampler: Sampler | None = None
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.beat()
+        self.thread = threading.Thread(target=self.run_heartbeat, name="heartbeat", daemon=True)
+        self.thread.start()
+        self.sampler = Sampler(self.backend, self.sink(), interval_s=settings.SAMPLE_INTERVAL_S)
+        self.sampler.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.sampler is not None:
+            self.sampler.stop()
+        if self.thread is not None:
+            self.thread.join(5)
+        try:
+            services.host_mark_offline(name=self.host)
+        except DatabaseError:
+            log.exception("host %s: could not mark offline on shutdown", self.host)
+
+    def run_heartbeat(self) -> None:
+        while not self.stop_event.wait(heartbeat_interval_s()):
+            self.beat()
+
+    def beat(self) -> None:
+        """One heartbeat; a database or Redis failure is logged and retried next time."""
+        close_old_connections()
+        try:
+            if not self.registered or not services.host_heartbeat(name=self.host):
+                register(self.host, self.backend)
+                self.registered = True
+            self.pgid_owners = selectors.active_deployment_pgids(self.host)
+        except DatabaseError:
+            log.exception("host %s: heartbeat failed; retrying", self.host)
+
+    def sink(self) -> Sink:
+        return fan_out(self.append_history, self.publish)
+
+    def append_history(self, sample: HostSample) -> None:
+        self.history.append(self.host, sample)
+
+    def publish(self, sample: HostSample) -> None:
+        own = selectors.process_owners(sample, self.pgid_owners)
+        if own:
+            store_owners(self.history.client, self.host, own)
+        publish(self.host, sample, self.backend, own)
+
+
+def store_owners(client: redis.Redis, host: str, own: dict[str, str]) -> None:
+    key = selectors.owners_key(host)
+    pipe = client.pipeline(transaction=False)
+    pipe.hset(key, mapping=own)
+    pipe.expire(key, selectors.OWNERS_TTL_S)
+    pipe.execute()
+
+
+def publish(host: str, sample: HostSample, backend: GpuBackend, own: dict[str, str]) -> None:
+    """Send one sample to the host's group and the all-GPUs group."""
+    live = live_message(host, sample, simulated=backend.simulated)
+    message = selectors.publish_message(
+        live, sample, backend.devices(), own, simulated=backend.simulated
+    )
+    event: dict[str, Any] = {"type": "gpu.sample", "sample": message}
+    send = async_to_sync(get_channel_layer().group_send)
+    send(selectors.host_group(host), event)
+    send(selectors.ALL_GROUP, event)
+
+
+def start_agent() -> HostAgent:
+    global _agent
+    host = host_name()
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
+    agent = HostAgent(
+        host, current_backend(), History(client, interval_s=settings.SAMPLE_INTERVAL_S)
+    )
+    agent.start()
+    _agent = agent
+    return agent
+
+
+@worker_ready.connect
+def on_worker_ready(**_: Any) -> None:
+    agent = start_agent()
+    log.info(
+        "monitoring started for host %s (every %.1f s)", agent.host, settings.SAMPLE_INTERVAL_S
+    )
+
+
+@worker_shutdown.connect
+def on_worker_shutdown(**_: Any) -> None:
+    global _agent
+    if _agent is not None:
+        _agent.stop()
+        _agent = None
+    if _backend is not None:
+        _backend.close()
