@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from .errors import InventorySpecError
 from .units import GIB
@@ -53,6 +54,7 @@ class Inventory:
         return sum(len(h.gpus) for h in self.hosts)
 
 
+@lru_cache(maxsize=256)
 def link_rank(link: str) -> int:
     """0 for NVLink (more links better via a fraction), up to 6 for host-to-host."""
     kind = link.upper()

@@ -63,7 +63,12 @@ def plan(spec: ModelSpec, inventory: Inventory, request: PlanRequest) -> PlanRes
     usable = _usable(spec, inventory, request)
     forced = _forced(request)
     layouts = _layouts(inventory, usable, forced)
-    plans = [_plan_layout(spec, inventory, request, usable, tp, pp) for tp, pp in layouts]
+    groups: dict[int, dict[str, list[TpGroup]]] = {}
+    for tp in sorted({tp for tp, _ in layouts}):
+        groups[tp] = {h.name: tp_groups(h, usable[h.name], tp) for h in inventory.hosts}
+    plans = [
+        _plan_layout(spec, inventory, request, usable, groups[tp], tp, pp) for tp, pp in layouts
+    ]
     plans.sort(key=lambda p: _rank_key(p, forced))
     return PlanResult(tuple(plans))
 
@@ -103,22 +108,37 @@ def _plan_layout(
     inv: Inventory,
     req: PlanRequest,
     usable: dict[str, list[Gpu]],
+    groups: dict[str, list[TpGroup]],
     tp: int,
     pp: int,
 ) -> Plan:
-    groups = {h.name: tp_groups(h, usable[h.name], tp) for h in inv.hosts}
     placed = replicas(groups, pp, multi_host=True)
     if not placed:
         return _unplaced(spec, inv, req, usable, tp, pp)
-    first = placed[0]
-    gpus = [gpu for _, gpu in first.gpus]
-    smallest = min(gpus, key=lambda g: g.total_bytes)
-    s = resolve(spec, req, smallest.total_bytes, smallest.name)
-    nvlink = all(g.quality == 0 for g in first.stages)
-    layout = evaluate_layout(
-        spec, s, tp=tp, pp=pp, gpu_totals=[g.total_bytes for g in gpus], nvlink=nvlink
-    )
-    return _finish(inv, req, s, layout, placed)
+    judged = _judge_replicas(spec, req, tp, pp, placed)
+    fitting = [(r, lay) for r, lay, _ in judged if lay.fits]
+    replica, layout, s = next(((r, lay, st) for r, lay, st in judged if lay.fits), judged[0])
+    chosen = [replica] + [r for r, _ in fitting if r is not replica]
+    return _finish(inv, req, s, layout, chosen if fitting else [replica])
+
+
+def _judge_replicas(
+    spec: ModelSpec, req: PlanRequest, tp: int, pp: int, placed: list[Replica]
+) -> list[tuple[Replica, LayoutMemory, Settings]]:
+    """Each replica judged on its own GPUs (identical GPU sizes are judged once)."""
+    seen: dict[tuple[tuple[int, ...], bool, str], tuple[LayoutMemory, Settings]] = {}
+    out = []
+    for replica in placed:
+        gpus = [gpu for _, gpu in replica.gpus]
+        nvlink = all(g.quality == 0 for g in replica.stages)
+        smallest = min(gpus, key=lambda g: g.total_bytes)
+        key = (tuple(g.total_bytes for g in gpus), nvlink, smallest.name)
+        if key not in seen:
+            s = resolve(spec, req, smallest.total_bytes, smallest.name)
+            totals = [g.total_bytes for g in gpus]
+            seen[key] = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=totals, nvlink=nvlink), s
+        out.append((replica, *seen[key]))
+    return out
 
 
 def _finish(
@@ -128,7 +148,7 @@ def _finish(
     multi = first.multi_host
     tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
     command = serve_argv(req, s, tp=tp, pp=pp, max_model_len=layout.max_model_len, multi_host=multi)
-    count = len(placed) if layout.fits else 1
+    count = len(placed) if layout.fits else 0
     return Plan(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -140,7 +160,7 @@ def _finish(
         kv_cache_tokens=layout.kv_cache_tokens,
         max_concurrency=round(layout.max_concurrency, 2),
         command=command,
-        gpus=tuple(tuple(GpuRef(h, g.index) for h, g in r.gpus) for r in placed[:count]),
+        gpus=tuple(tuple(GpuRef(h, g.index) for h, g in r.gpus) for r in placed[: max(count, 1)]),
         max_model_len=layout.max_model_len,
         multi_host=multi,
         link_rank=max(g.quality for g in first.stages),

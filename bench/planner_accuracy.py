@@ -1,0 +1,85 @@
+"""Planner accuracy against real vLLM start-up logs in ../shared/planner-cases (or
+$PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from deployments.plan_cli import PlanCliError, run_plan  # noqa: E402
+
+GIB = 1 << 30
+
+
+def cases_dir() -> Path:
+    return Path(os.environ.get("PLANNER_CASES_DIR") or ROOT.parent / "shared" / "planner-cases")
+
+
+def options(row: dict[str, str], models: Path) -> dict[str, Any]:
+    tp, pp = int(row["tp"]), int(row["pp"])
+    return {
+        "model": str(models / row["model"]),
+        "gpus": f"{tp * pp}x{row['gpu_gib']}GiB",
+        "tp": tp,
+        "pp": pp,
+        "dtype": row["dtype"] or "auto",
+        "quantization": row["quantization"] or None,
+        "kv_cache_dtype": row["kv_cache_dtype"] or "auto",
+        "max_model_len": int(row["max_model_len"]),
+        "gpu_memory_utilization": float(row["gmu"]),
+        "block_size": int(row["block_size"]) if row["block_size"] else None,
+        "vllm_version": row["vllm_version"],
+        "json": True,
+    }
+
+
+def predict(row: dict[str, str], models: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(run_plan(options(row, models)))["plans"][0]
+    except PlanCliError:
+        return None
+
+
+def main() -> int:
+    root = cases_dir()
+    with (root / "cases.tsv").open(encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    w_err, t_err, kv_err, agree = [], [], [], 0
+    for row in rows:
+        plan = predict(row, root / "models")
+        fits = bool(plan and plan["fits"])
+        ok = row["expect_status"] == "ok"
+        agree += fits == ok
+        line = f"{row['obs_id']:<12} expect={row['expect_status']:<6} fits={fits!s:<5}"
+        if ok and plan:
+            gpu = plan["per_gpu"][0]
+            w, t = gpu["weights_bytes"] / GIB, plan["kv_cache_tokens"]
+            w_err.append(abs(w - float(row["weights_gib"])) / float(row["weights_gib"]))
+            t_err.append(abs(t - int(row["kv_tokens"])) / int(row["kv_tokens"]))
+            kv_err.append(abs(gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])))
+            line += f" weights {w:.3f}/{row['weights_gib']} GiB  kv tokens {t}/{row['kv_tokens']}"
+        print(line)
+    report(len(rows), w_err, t_err, kv_err, agree)
+    return 0
+
+
+def report(n: int, w: list[float], t: list[float], kv: list[float], agree: int) -> None:
+    def mean(xs: list[float]) -> float:
+        return sum(xs) / len(xs) if xs else 0.0
+
+    print(f"cases: {n} ({len(w)} started)")
+    print(f"weights per rank: mean abs error {100 * mean(w):.3f} %, worst {100 * max(w):.3f} %")
+    print(f"KV tokens:        mean abs error {100 * mean(t):.3f} %, worst {100 * max(t):.3f} %")
+    print(f"KV cache memory:  mean abs error {mean(kv):.3f} GiB, worst {max(kv):.3f} GiB")
+    print(f"fit decisions:    {agree}/{n} agree ({100 * agree / n:.1f} %)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
