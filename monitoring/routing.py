@@ -1,5 +1,7 @@
 """Websocket routes of this app."""
 
-from django.urls import URLPattern
+from django.urls import path
 
-websocket_urlpatterns: list[URLPattern] = []
+from monitoring.consumers import GpuConsumer
+
+websocket_urlpatterns = [path("ws/gpus/", GpuConsumer.as_asgi())]

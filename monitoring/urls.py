@@ -1,3 +1,8 @@
-from django.urls import URLPattern
+from django.urls import path
 
-urlpatterns: list[URLPattern] = []
+from monitoring import views
+
+urlpatterns = [
+    path("gpus/topology/", views.topology, name="gpu-topology"),
+    path("metrics", views.metrics, name="metrics"),
+]
