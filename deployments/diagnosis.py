@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -273,6 +274,36 @@ def diagnose(log_text: str) -> Diagnosis | None:
             reason, fix, args = rule.explain(match)
             return Diagnosis(rule.code, rule.title, reason, fix, line.strip(), args)
     return _engine_core_failed(lines)
+
+
+def diagnose_exit(log_text: str, exit_code: int | None, signal_number: int | None) -> Diagnosis:
+    """Why an engine that nobody stopped has gone: the log's reason, else what the exit says."""
+    found = diagnose(log_text)
+    if found is not None:
+        return found
+    lines = [_ANSI.sub("", line).rstrip() for line in log_text.splitlines()]
+    last_error = _root_cause_above(lines, len(lines))
+    if signal_number == signal.SIGKILL:
+        return Diagnosis(
+            "killed",
+            "The engine was killed (SIGKILL)",
+            "Something outside the engine killed it: the kernel's OOM killer when the host ran "
+            "out of RAM, or an operator.",
+            "Check `dmesg` / the host's memory; give the engine more RAM or a smaller model.",
+            last_error or "",
+        )
+    how = f"signal {signal_number}" if signal_number is not None else f"code {exit_code}"
+    if exit_code is None and signal_number is None:
+        how = "an unknown status (the engine was adopted after a worker restart)"
+    detail = f"; last error: {last_error}" if last_error else "."
+    reason = f"The engine exited with {how}{detail}"
+    return Diagnosis(
+        "engine_exited",
+        "The engine exited",
+        reason,
+        "Read the log below; relaunch once the cause is fixed.",
+        last_error or "",
+    )
 
 
 def diagnose_spawn_error(error: OSError, executable: str) -> Diagnosis:

@@ -55,6 +55,7 @@ __all__ = [
 ]
 
 _TAIL_MAX_BYTES = 256 * 1024
+_SAME_START_S = 0.05  # create_time stored and read back (e.g. from a DB) may lose digits
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # engines this process spawned, for reaping
 _CHILDREN_LOCK = threading.Lock()
 
@@ -186,7 +187,7 @@ def is_alive(pid: int, create_time: float | None = None) -> bool:
     """True while the process runs; a zombie or a reused pid counts as dead."""
     try:
         proc = psutil.Process(pid)
-        if create_time is not None and proc.create_time() != create_time:
+        if create_time is not None and abs(proc.create_time() - create_time) > _SAME_START_S:
             return False
         return bool(proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
@@ -218,15 +219,22 @@ def _exit_from_returncode(pid: int, code: int) -> ExitInfo:
 
 
 def group_pids(pgid: int) -> tuple[int, ...]:
-    """Live (non-zombie) members of a process group."""
+    """Members of a process group that still run (a zombie whose threads are gone does not)."""
     members = []
     for pid in psutil.pids():
         try:
-            if os.getpgid(pid) == pgid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            if os.getpgid(pid) == pgid and _still_running(psutil.Process(pid)):
                 members.append(pid)
         except (ProcessLookupError, psutil.NoSuchProcess):
             continue  # exited while we looked
     return tuple(members)
+
+
+def _still_running(proc: psutil.Process) -> bool:
+    if proc.status() != psutil.STATUS_ZOMBIE:
+        return True
+    # The main thread exited first; the other threads (holding memory) are still winding down.
+    return bool(proc.num_threads() > 1)
 
 
 def stop(
@@ -243,7 +251,8 @@ def stop(
     """
     start = time.monotonic()
     pgid = target.pgid if isinstance(target, EngineHandle) else target
-    if not _group_is_an_engine(pgid):
+    deployment_id = target.deployment_id if isinstance(target, EngineHandle) else None
+    if not _group_is_an_engine(pgid, deployment_id):
         return StopResult(pgid, False, None, time.monotonic() - start, _final_exit(target), ())
     sent = "SIGTERM"
     _killpg(pgid, signal.SIGTERM)
@@ -255,13 +264,15 @@ def stop(
     return StopResult(pgid, True, sent, time.monotonic() - start, _final_exit(target), remaining)
 
 
-def _group_is_an_engine(pgid: int) -> bool:
+def _group_is_an_engine(pgid: int, deployment_id: str | None) -> bool:
+    """Some member carries the marker (with this deployment's id, when one is given)."""
     for pid in group_pids(pgid):
         try:
-            if MARKER_ENV in psutil.Process(pid).environ():
-                return True
-        except psutil.NoSuchProcess:
-            continue
+            marker = psutil.Process(pid).environ().get(MARKER_ENV)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # gone, or another user's process: not an engine of ours
+        if marker is not None and deployment_id in (None, marker):
+            return True
     return False
 
 
@@ -277,12 +288,18 @@ def _wait_group_gone(pgid: int, timeout_s: float, poll_s: float) -> bool:
     delay_s = 0.002  # most engines are gone within milliseconds of SIGKILL: poll fast first
     while True:
         reap_children()
-        if not group_pids(pgid):
+        if not group_pids(pgid) and not _unreaped_child(pgid):
             return True
         if time.monotonic() >= deadline:
             return False
         time.sleep(min(delay_s, poll_s))
         delay_s *= 2
+
+
+def _unreaped_child(pid: int) -> bool:
+    with _CHILDREN_LOCK:
+        popen = _CHILDREN.get(pid)
+    return popen is not None and popen.poll() is None
 
 
 def reap_children() -> None:
@@ -294,19 +311,14 @@ def reap_children() -> None:
 
 
 def _final_exit(target: EngineHandle | int) -> ExitInfo | None:
+    """The leader's exit once it is gone (forgetting our child then); None while it runs."""
     if not isinstance(target, EngineHandle):
         return None
-    with _CHILDREN_LOCK:
-        popen = _CHILDREN.pop(target.pid, None)
-    if popen is None:
-        return None if is_alive(target.pid, target.create_time) else poll_exit(target)
-    try:
-        code = popen.wait(timeout=1.0)
-    except subprocess.TimeoutExpired:
+    exit_info = poll_exit(target)
+    if exit_info is not None:
         with _CHILDREN_LOCK:
-            _CHILDREN[target.pid] = popen  # still alive: keep it for a later reap
-        return None
-    return _exit_from_returncode(target.pid, code)
+            _CHILDREN.pop(target.pid, None)
+    return exit_info
 
 
 def find_engines() -> list[FoundEngine]:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.diagnosis import diagnose, diagnose_spawn_error
+from deployments.diagnosis import diagnose, diagnose_exit, diagnose_spawn_error
 
 # Exact texts from ../shared/reference/vllm-memory.md §3 and apis.md §1.4, §2.
 CASES = [
@@ -193,3 +193,21 @@ def test_diagnose_spawn_error(error: OSError, executable: str, code: str) -> Non
     diagnosis = diagnose_spawn_error(error, executable)
     assert diagnosis.code == code
     assert executable in diagnosis.reason
+
+
+@pytest.mark.parametrize(
+    ("log", "exit_code", "signal_number", "code", "in_reason"),
+    [
+        ("OSError: [Errno 98] Address already in use", 1, None, "address_in_use", "port"),
+        ("INFO: Application startup complete.", None, 9, "killed", "OOM killer"),
+        ("Traceback:\nKeyError: 'x'\n", 1, None, "engine_exited", "KeyError: 'x'"),
+        ("", 3, None, "engine_exited", "code 3"),
+        ("", None, None, "engine_exited", "adopted"),
+    ],
+)
+def test_diagnose_exit(
+    log: str, exit_code: int | None, signal_number: int | None, code: str, in_reason: str
+) -> None:
+    diagnosis = diagnose_exit(log, exit_code, signal_number)
+    assert diagnosis.code == code
+    assert in_reason in diagnosis.reason

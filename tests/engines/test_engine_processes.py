@@ -192,6 +192,16 @@ def test_stop_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None:
     assert not any(sv.is_alive(pid) for pid in members)
 
 
+def test_stop_refuses_another_deployments_group(tmp_path: Path) -> None:
+    handle = _python("import time; time.sleep(30)", tmp_path / "other.log", "test-other")
+    impostor = sv.EngineHandle(
+        "not-this-one", handle.pid, handle.pgid, handle.started_at, handle.create_time, tmp_path
+    )
+    assert not sv.stop(impostor, grace_s=0.5).was_running
+    assert sv.is_alive(handle.pid)
+    assert sv.stop(handle, grace_s=5.0).was_running
+
+
 def test_stop_refuses_a_group_without_the_marker(tmp_path: Path) -> None:
     bystander = subprocess.Popen(
         [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
