@@ -271,3 +271,41 @@ def test_spawn_requires_the_marker(tmp_path: Path) -> None:
 
 def test_tail_of_a_missing_log_is_empty(tmp_path: Path) -> None:
     assert sv.tail(tmp_path / "never-written.log") == ""
+
+
+WORKER = """
+import sys
+from pathlib import Path
+from deployments import supervisor as sv
+handle = sv.spawn(
+    [sys.executable, "-c", "import time; time.sleep(60)"],
+    {"SHARDBOARD_DEPLOYMENT_ID": "test-orphaned"},
+    Path(sys.argv[1]),
+)
+print(handle.pid, handle.create_time, flush=True)
+import time; time.sleep(60)
+"""
+
+
+def test_engine_outlives_a_killed_worker_and_is_adopted(tmp_path: Path) -> None:
+    log_path = tmp_path / "orphaned.log"
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(log_path)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert worker.stdout is not None
+    pid_text, create_time_text = worker.stdout.readline().split()
+    worker.kill()
+    worker.wait()
+    pid = int(pid_text)
+    assert sv.is_alive(pid, float(create_time_text)), "the engine died with its worker"
+    found = [f for f in sv.find_engines() if f.deployment_id == "test-orphaned"]
+    assert [f.pgid for f in found] == [pid]
+    handle = sv.adopt(pid, "test-orphaned", log_path)
+    assert handle is not None and sv.handle_alive(handle)
+    result = sv.stop(handle, grace_s=5.0)
+    assert result.was_running and result.remaining_pids == ()
+    assert result.exit is not None and result.exit.exit_code is None  # not our child
+    assert not sv.handle_alive(handle)
