@@ -6,6 +6,7 @@ No Django here: the host worker's Celery tasks call these functions and persist 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -42,6 +43,7 @@ __all__ = [
     "find_free_port",
     "group_pids",
     "handle_alive",
+    "inherited_env",
     "is_alive",
     "poll_exit",
     "reap_children",
@@ -55,6 +57,10 @@ __all__ = [
 ]
 
 _TAIL_MAX_BYTES = 256 * 1024
+_SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+_PANEL_ONLY_ENV = frozenset(
+    {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}
+)  # credentials inside URLs; an engine needing one gets it through the adapter's env
 _SAME_START_S = 0.05  # create_time stored and read back (e.g. from a DB) may lose digits
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # engines this process spawned, for reaping
 _CHILDREN_LOCK = threading.Lock()
@@ -134,7 +140,7 @@ def spawn(
     deployment_id = env.get(MARKER_ENV)
     if not deployment_id:
         raise ValueError(f"env must carry {MARKER_ENV}: it is how engines are found again")
-    full_env = {**os.environ, **env} if inherit_env else dict(env)
+    full_env = {**inherited_env(os.environ), **env} if inherit_env else dict(env)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log:
         try:
@@ -161,6 +167,15 @@ def spawn(
         create_time=psutil.Process(popen.pid).create_time(),
         log_path=log_path,
     )
+
+
+def inherited_env(base: Mapping[str, str]) -> dict[str, str]:
+    """The worker's environment minus its secrets: engines may run a model's remote code."""
+    return {
+        k: v
+        for k, v in base.items()
+        if not _SECRET_ENV_NAME.search(k) and k not in _PANEL_ONLY_ENV and k != MARKER_ENV
+    }
 
 
 def adopt(pid: int, deployment_id: str, log_path: Path) -> EngineHandle | None:

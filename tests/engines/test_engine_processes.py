@@ -264,6 +264,23 @@ def test_missing_vllm_executable_is_diagnosed(tmp_path: Path) -> None:
     assert from_log is not None and from_log.code == "vllm_missing"
 
 
+def test_worker_secrets_stay_out_of_engines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DJANGO_SECRET_KEY", "worker-secret")
+    monkeypatch.setenv("DATABASE_URL", "postgres://u:pw@db/x")
+    monkeypatch.setenv("SHARDBOARD_TEST_PLAIN", "visible")
+    code = (
+        "import os; print(sorted(k for k in ('DJANGO_SECRET_KEY', 'DATABASE_URL', "
+        "'SHARDBOARD_TEST_PLAIN', 'HF_TOKEN') if k in os.environ), flush=True)"
+    )
+    env = {MARKER_ENV: "test-env", "HF_TOKEN": "given-on-purpose"}
+    handle = sv.spawn([sys.executable, "-c", code], env, tmp_path / "env.log")
+    _wait_for_line(handle.log_path, "]")
+    assert sv.tail(handle.log_path).strip() == "['HF_TOKEN', 'SHARDBOARD_TEST_PLAIN']"
+    sv.stop(handle, grace_s=1.0)
+
+
 def test_spawn_requires_the_marker(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=MARKER_ENV):
         sv.spawn([sys.executable, "-c", "pass"], {}, tmp_path / "x.log")
