@@ -8,7 +8,6 @@ nvidia-smi-like table rows.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import time
@@ -310,33 +309,31 @@ def topology_warnings(
     return [texts[kind] + ", ".join(found) for kind, found in by_kind.items() if found]
 
 
+def _css_key(text: str) -> str:
+    return "NV" if text.startswith("NV") else text.replace("/", "")
+
+
 def topology_view(host: Host) -> TopologyView:
     gpus = [g for g in host.gpus.all() if g.present]
     indices = [g.index for g in gpus]
     links = link_map(host)
 
-    def cells(render: Callable[[dict[str, Any] | None], str]) -> list[dict[str, Any]]:
+    def cells(render: Callable[[dict[str, Any] | None], str], css: str) -> list[dict[str, Any]]:
+        texts = [[("X" if a == b else render(links.get((a, b)))) for b in indices] for a in indices]
         return [
-            {
-                "gpu": g,
-                "cells": ["X" if a == b else render(links.get((a, b))) for b in indices],
-            }
-            for g, a in zip(gpus, indices, strict=True)
+            {"gpu": g, "cells": [{"text": t, "css": css + _css_key(t)} for t in row]}
+            for g, row in zip(gpus, texts, strict=True)
         ]
 
     return TopologyView(
         host=host,
         online=host.is_online(timezone.now()),
         headers=[f"GPU{i}" for i in indices],
-        rows=cells(_label),
-        p2p_rows=cells(_p2p),
+        rows=cells(_label, "lvl-"),
+        p2p_rows=cells(_p2p, "p2p-"),
         warnings=topology_warnings(indices, links),
     )
 
 
 def topology_views() -> list[TopologyView]:
     return [topology_view(h) for h in hosts_with_gpus()]
-
-
-def dumps(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))
