@@ -145,6 +145,8 @@ SAMPLE_INTERVAL_S = env.env_float("SAMPLE_INTERVAL_S", 1.0, low=0.2, high=60)
 HEARTBEAT_STALE_S = env.env_float("HEARTBEAT_STALE_S", 30, low=2, high=3600)
 METRICS_TOKEN = env.env_str("METRICS_TOKEN", "")
 HF_TOKEN = env.env_str("HF_TOKEN", "")
+HF_ENDPOINT = env.env_str("HF_ENDPOINT", "")
+HUB_TIMEOUT_S = env.env_float("HUB_TIMEOUT_S", 10, low=0.5, high=300)
 HF_CACHE_TTL_S = env.env_int("HF_CACHE_TTL_S", 3600, low=0, high=30 * 86400)
 MODEL_ROOTS = [Path(p) for p in env.env_list("MODEL_ROOTS", str(VAR_DIR / "models"))]
 AUDIT_PROMPTS = env.env_bool("AUDIT_PROMPTS", False)

@@ -156,3 +156,20 @@ class GpuLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.gpu} -> {self.deployment_id}"
+
+
+class HubConfig(models.Model):
+    """config.json of a Hub repo at a commit: immutable, so cached here for good."""
+
+    repo_id = models.CharField(max_length=200)
+    sha = models.CharField(max_length=64)
+    config = models.JSONField()
+    fetched_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["repo_id", "sha"], name="hubconfig_repo_sha_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@{self.sha[:8]}"

@@ -1,5 +1,9 @@
-"""Websocket routes of this app."""
+"""Websocket routes of the deployments app."""
 
-from django.urls import URLPattern
+from django.urls import path
 
-websocket_urlpatterns: list[URLPattern] = []
+from deployments import consumers
+
+websocket_urlpatterns = [
+    path("ws/deployments/", consumers.DeploymentsConsumer.as_asgi()),
+]

@@ -8,14 +8,10 @@ from django.shortcuts import render
 from controlpanel.roles import Role, role_required
 
 
-
-@role_required(Role.VIEWER)
-def deployments_index(request: HttpRequest) -> HttpResponse:
-    context = {"title": "Deployments", "message": "No deployments yet."}
-    return render(request, "common/pending.html", context)
-
-
 @role_required(Role.VIEWER)
 def models_index(request: HttpRequest) -> HttpResponse:
-    context = {"title": "Models", "message": "The model catalog is not available in this build yet."}
+    context = {
+        "title": "Models",
+        "message": "The model catalog is not available in this build yet.",
+    }
     return render(request, "common/pending.html", context)
