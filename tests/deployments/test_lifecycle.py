@@ -1,0 +1,129 @@
+"""End to end with real parts: Redis, a real host worker process, a real transformers engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+
+from controlpanel.models import AuditEvent
+from deployments import planning
+from deployments.demo_model import make_tiny_llama
+from deployments.models import Deployment, GpuLease, Status
+from deployments.services import DeploymentError, LaunchRequest, deployment_create, deployment_stop
+from monitoring.models import Host
+from tests.conftest import wait_for
+
+pytestmark = [pytest.mark.worker, pytest.mark.engine]
+HOST = "e2ehost"
+
+
+@pytest.fixture
+def model_root(tmp_path_factory, settings):
+    root = tmp_path_factory.mktemp("models")
+    make_tiny_llama(root / "tiny")
+    settings.MODEL_ROOTS = [root]
+    return root
+
+
+@pytest.fixture
+def worker(host_worker, model_root):
+    env = {
+        "GPU_BACKEND": "simulated",
+        "SIMULATED_GPUS": "4xH100-80GB@nvlink",
+        "MODEL_ROOTS": str(model_root),
+        "HEARTBEAT_INTERVAL_S": "1",
+    }
+    proc = host_worker(HOST, **env)
+    wait_for(lambda: Host.objects.filter(name=HOST, gpus__isnull=False).exists(), timeout_s=60)
+    return proc
+
+
+def launch(operator, name="tiny", **plan) -> Deployment:
+    request = LaunchRequest(
+        name=name,
+        model_ref="local:0/tiny",
+        host_name=HOST,
+        engine="vllm",
+        plan_request=planning.PlanRequest(**plan),
+    )
+    return deployment_create(user=operator, request=request)
+
+
+def status_of(d: Deployment) -> str:
+    d.refresh_from_db()
+    return d.status
+
+
+def test_launch_answer_stop(worker, operator) -> None:
+    d = launch(operator)
+    assert d.status == Status.PENDING and d.engine == "transformers"  # simulated GPUs: CPU engine
+    assert GpuLease.objects.filter(deployment=d, active=True).count() == 1
+    try:
+        wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    except AssertionError:
+        print(worker.log())
+        raise
+    assert d.status == "running", d.failure_reason
+    answer = httpx.post(
+        f"{d.base_url}/v1/completions", json={"prompt": "1 + 1 =", "max_tokens": 4}, timeout=30
+    )
+    assert answer.status_code == 200
+    deployment_stop(user=operator, deployment=d)
+    wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
+    assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(d.pgid, 0)
+    actions = set(AuditEvent.objects.filter(target_id=str(d.pk)).values_list("action", flat=True))
+    assert {"deployment.create", "deployment.spawn", "deployment.stop"} <= actions
+    statuses = list(d.events.values_list("new_status", flat=True))
+    assert statuses == ["pending", "starting", "running", "stopping", "stopped"]
+
+
+def test_engine_killed_is_failed_quickly(worker, operator) -> None:
+    d = launch(operator, name="killme")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    os.killpg(d.pgid, signal.SIGKILL)
+    wait_for(lambda: status_of(d) == "failed", timeout_s=5, interval_s=0.1)
+    assert "exited unexpectedly" in d.failure_reason
+    assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+
+
+def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
+    d = launch(operator, name="survivor")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    worker.stop(signal.SIGKILL)
+    os.killpg(d.pgid, 0)  # the engine lives on in its own session
+    again = host_worker(HOST, **worker.extra_env)
+    wait_for(lambda: "reconciled engines" in again.log(), timeout_s=60)
+    assert status_of(d) == "running"  # adopted
+    deployment_stop(user=operator, deployment=d)
+    wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
+
+
+def test_bad_input_is_refused_before_anything_starts(worker, operator, viewer) -> None:
+    with pytest.raises(DeploymentError, match="Unknown host"):
+        deployment_create(
+            user=operator,
+            request=LaunchRequest(name="x", model_ref="local:0/tiny", host_name="nope"),
+        )
+    with pytest.raises(DeploymentError, match="divisible"):
+        launch(operator, name="tp3", tensor_parallel_size=3)
+    with pytest.raises(DeploymentError):
+        launch(operator, name="toolong", max_model_len=10_000_000)
+    with pytest.raises(DeploymentError, match="role"):
+        launch(viewer, name="viewer")
+    with pytest.raises(DeploymentError, match="simulated"):
+        deployment_create(
+            user=operator,
+            request=LaunchRequest(name="hub", model_ref="Qwen/Qwen3-14B", host_name=HOST),
+        )
+    assert not Deployment.objects.exists()
+    worker.stop()
+    Host.objects.filter(name=HOST).update(last_heartbeat=None)
+    with pytest.raises(DeploymentError, match="offline"):
+        launch(operator, name="offline")
