@@ -1,0 +1,89 @@
+"""The live dashboard in a real browser, fed by a real host worker through the real server."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from monitoring.models import Host
+from tests.conftest import login, wait_for
+from tests.monitoring_web.conftest import SPEC4
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker]
+
+POINTS_JS = """(host) => Array.from(
+  document.querySelectorAll(`section.host[data-host="${host}"] .chart[data-metric=u]`)
+).map((d) => (d.data && d.data[0] ? d.data[0].x.length : -1))"""
+CHARTS_JS = """(host) => Array.from(
+  document.querySelectorAll(`section.host[data-host="${host}"] .chart`)
+).filter((d) => d.data && d.data.length).length"""
+
+
+def _start(host_worker, name: str):
+    return host_worker(
+        name, GPU_BACKEND="simulated", SIMULATED_GPUS=SPEC4, HEARTBEAT_INTERVAL_S="1"
+    )
+
+
+def _points(page, host: str) -> list[int]:
+    return page.evaluate(POINTS_JS, host)
+
+
+def _all_grew(page, host: str, before: list[int]) -> bool:
+    now = _points(page, host)
+    return len(now) == len(before) and all(n > b for n, b in zip(now, before, strict=True))
+
+
+def test_charts_stream_and_reconnect_after_restarts(
+    page, asgi_server, host_worker, viewer, host_name
+) -> None:
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    worker = _start(host_worker, host_name)
+    wait_for(lambda: Host.objects.filter(name=host_name).exists(), timeout_s=30)
+    login(page, asgi_server, viewer.username)
+    card = page.locator(f'section.host[data-host="{host_name}"]')
+    page.wait_for_function(
+        f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 4", arg=host_name
+    )
+    assert page.evaluate(CHARTS_JS, host_name) == 16  # 4 GPUs x (util, memory, temp, power)
+    assert page.locator("#ws-status").get_attribute("data-state") == "live"
+
+    before = _points(page, host_name)
+    wait_for(lambda: _all_grew(page, host_name, before), timeout_s=3, interval_s=0.1)
+
+    rows = card.locator("table.smi tbody tr")
+    assert rows.count() == 4
+    assert "NVIDIA H100 80GB HBM3" in rows.nth(0).inner_text()
+    assert "simulated" in rows.nth(0).inner_text()
+    assert "MiB / 81559MiB" in rows.nth(3).inner_text()
+    assert card.locator("h2 .badge.sim").inner_text() == "simulated GPUs"
+    assert card.locator(".gpu-panel h3 .badge.sim").count() == 4
+    assert "simulated" in card.locator(".chart[data-metric=T] .gtitle").first.text_content()
+
+    page.click("button[data-window='1h']")
+    page.wait_for_selector("button[data-window='1h'].primary")
+    assert "1h" == page.evaluate("window.shardboardGpus.window")
+
+    worker.stop()
+    asgi_server.restart()
+    page.wait_for_function("document.getElementById('ws-status').dataset.state !== 'live'")
+    _start(host_worker, host_name)
+    page.wait_for_function(
+        "document.getElementById('ws-status').dataset.state === 'live'", timeout=30_000
+    )
+    resumed = time.monotonic()
+    after = _points(page, host_name)
+    wait_for(lambda: _all_grew(page, host_name, after), timeout_s=15, interval_s=0.2)
+    assert time.monotonic() - resumed < 15
+    assert card.locator("[data-role=online]").inner_text() == "online"
+    assert page.evaluate("window.shardboardGpus.window") == "1h"  # the reconnect kept the window
+    assert errors == []
+
+
+def test_topology_link_from_dashboard(page, asgi_server, viewer) -> None:
+    login(page, asgi_server, viewer.username)
+    page.click("#topology-link")
+    assert page.locator("h1").inner_text() == "GPU topology"
+    assert page.locator("dl.legend").is_visible()
