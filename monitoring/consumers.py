@@ -59,4 +59,4 @@ class GpuConsumer(RoleConsumer):
         await self.send_backfill()
 
     async def gpu_sample(self, event: dict[str, Any]) -> None:
-        await self.send_json(event["sample"])
+        await self.send(text_data=event["text"])

@@ -5,11 +5,12 @@ in that process alone. ``current_backend()`` is the GPU backend this host uses; 
 deployment code calls ``attach``/``detach`` on it for simulated engines.
 
 Groups: every live sample goes to ``selectors.host_group(host)`` and ``selectors.ALL_GROUP``
-as ``{"type": "gpu.sample", "sample": <message>}``.
+as ``{"type": "gpu.sample", "text": <the JSON message>}``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -157,7 +158,11 @@ def publish(host: str, sample: HostSample, backend: GpuBackend, own: dict[str, s
     message = selectors.publish_message(
         live, sample, backend.devices(), own, simulated=backend.simulated
     )
-    event: dict[str, Any] = {"type": "gpu.sample", "sample": message}
+    # Encoded once here, not once per browser in each consumer: that is what fan-out costs.
+    event: dict[str, Any] = {
+        "type": "gpu.sample",
+        "text": json.dumps(message, separators=(",", ":")),
+    }
     send = async_to_sync(get_channel_layer().group_send)
     send(selectors.host_group(host), event)
     send(selectors.ALL_GROUP, event)

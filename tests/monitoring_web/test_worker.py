@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -63,7 +64,7 @@ def test_worker_registers_heartbeats_samples_and_publishes(host_worker, host_nam
 
     event = async_to_sync(_one_sample)(selectors.host_group(host_name))
     assert event["type"] == "gpu.sample"
-    sample = event["sample"]
+    sample = json.loads(event["text"])
     assert sample["h"] == host_name and sample["sim"] is True and len(sample["g"]) == 4
     assert [r["name"] for r in sample["rows"]] == ["NVIDIA H100 80GB HBM3"] * 4
 
