@@ -4,4 +4,19 @@ from playground import views
 
 urlpatterns = [
     path("playground/", views.playground_index, name="playground"),
+    path("playground/runs.json", views.runs_json, name="playground-runs"),
+    path(
+        "playground/runs/<int:run_id>/browser/",
+        views.run_browser_timings,
+        name="playground-run-browser",
+    ),
+    path("playground/tokens/", views.token_create, name="playground-token-create"),
+    path(
+        "playground/tokens/<int:token_id>/revoke/",
+        views.token_revoke,
+        name="playground-token-revoke",
+    ),
+    path("v1/chat/completions", views.chat_completions, name="gateway-chat"),
+    path("v1/completions", views.completions, name="gateway-completions"),
+    path("v1/models", views.models_list, name="gateway-models"),
 ]

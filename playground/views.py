@@ -1,15 +1,117 @@
-"""Views of this app."""
+"""The playground page, its small JSON endpoints, and the OpenAI-compatible /v1/ gateway."""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
+import json
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
+from playground import proxy, selectors, services
+from playground.access import AccessError, authenticate
 
 
-
-@role_required(Role.VIEWER)
+@role_required(Role.OPERATOR)
+@require_GET
 def playground_index(request: HttpRequest) -> HttpResponse:
-    context = {"title": "Playground", "message": "No running deployments to try yet."}
-    return render(request, "common/pending.html", context)
+    user = request.user
+    runs = [selectors.run_payload(run) for run in selectors.runs_of(user=user)]
+    context = {
+        "deployments": list(selectors.deployments_usable(user=user)),
+        "tokens": list(selectors.tokens_of(user=user)),
+        "runs": runs,
+        "max_tokens_cap": settings.PLAYGROUND_MAX_TOKENS,
+        "gateway_base": request.build_absolute_uri("/v1"),
+    }
+    return render(request, "playground/index.html", context)
+
+
+@role_required(Role.OPERATOR)
+@require_GET
+def runs_json(request: HttpRequest) -> JsonResponse:
+    runs = [selectors.run_payload(run) for run in selectors.runs_of(user=request.user)]
+    return JsonResponse({"runs": runs})
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def run_browser_timings(request: HttpRequest, run_id: int) -> JsonResponse:
+    timings = _json_object(request)
+    if not services.run_browser_timings_set(user=request.user, run_id=run_id, timings=timings):
+        return JsonResponse({"error": {"message": "no such run"}}, status=404)
+    return JsonResponse({"ok": True})
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def token_create(request: HttpRequest) -> JsonResponse:
+    name = str(_json_object(request).get("name") or request.POST.get("name") or "")
+    token, raw = services.token_create(user=request.user, name=name, request=request)
+    created = {"id": token.pk, "name": token.name, "prefix": token.prefix, "token": raw}
+    return JsonResponse(created, status=201)
+
+
+@role_required(Role.OPERATOR)
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> JsonResponse:
+    if not services.token_revoke(user=request.user, token_id=token_id, request=request):
+        return JsonResponse({"error": {"message": "no such active token"}}, status=404)
+    return JsonResponse({"revoked": token_id})
+
+
+def _json_object(request: HttpRequest) -> dict[str, Any]:
+    if request.content_type != "application/json":
+        return {}
+    try:
+        body = json.loads(request.body or b"{}")
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+# --- the OpenAI-compatible gateway: authenticates itself (token or session + CSRF) -----------
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+async def chat_completions(request: HttpRequest) -> HttpResponse:
+    return await proxy.gateway(request, "chat")
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+async def completions(request: HttpRequest) -> HttpResponse:
+    return await proxy.gateway(request, "completion")
+
+
+@login_not_required
+@require_GET
+async def models_list(request: HttpRequest) -> JsonResponse:
+    try:
+        data = await sync_to_async(_models_for)(request)
+    except AccessError as exc:
+        return proxy.error_response(exc.status, exc.kind, exc.message)
+    return JsonResponse({"object": "list", "data": data})
+
+
+def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
+    caller = authenticate(request)
+    return [
+        {
+            "id": d.name,
+            "object": "model",
+            "created": int(d.created_at.timestamp()),
+            "owned_by": "shardboard",
+            "engine": d.engine,
+        }
+        for d in selectors.deployments_usable(user=caller.user)
+    ]

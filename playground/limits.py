@@ -1,0 +1,77 @@
+"""Per-user concurrency slots in Redis, shared by every web process.
+
+A slot is a member of a sorted set scored by its expiry time, so a slot that a crashed process
+never released stops counting once it expires (TTL safety), without a periodic sweeper.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+import weakref
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+_ACQUIRE = """
+local now = redis.call('TIME')
+local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_s)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now_s + tonumber(ARGV[2]), ARGV[3])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
+return 1
+"""
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _redis() -> aioredis.Redis:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        client = aioredis.Redis.from_url(
+            settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1.0
+        )
+        _clients[loop] = client
+    return client
+
+
+def slot_key(user_id: int) -> str:
+    return f"shardboard:playground:slots:{user_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    key: str
+    member: str
+    enforced: bool
+
+    async def release(self) -> None:
+        if not self.enforced:
+            return
+        try:
+            await _redis().zrem(self.key, self.member)
+        except RedisError as exc:
+            logger.warning("playground slot %s not released (expires by TTL): %s", self.key, exc)
+
+
+async def slot_acquire(user_id: int, *, limit: int, ttl_s: float) -> Slot | None:
+    """A slot, or None when the user already holds `limit` of them.
+
+    Redis down: the request goes ahead unlimited (logged), as the rest of the panel does.
+    """
+    key, member = slot_key(user_id), uuid.uuid4().hex
+    try:
+        granted = await _redis().eval(_ACQUIRE, 1, key, limit, ttl_s, member)
+    except RedisError as exc:
+        logger.warning("playground concurrency limit not enforced, Redis unavailable: %s", exc)
+        return Slot(key, member, enforced=False)
+    return Slot(key, member, enforced=True) if granted == 1 else None

@@ -1,0 +1,59 @@
+"""Personal API tokens for the /v1/ gateway, and the per-user history of playground runs."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class ApiToken(models.Model):
+    """Only the SHA-256 of the token is stored; the token itself is shown once."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="playground_tokens"
+    )
+    name = models.CharField(max_length=100)
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16, help_text="first characters, for display")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
+class Mode(models.TextChoices):
+    CHAT = "chat", "Chat"
+    COMPLETION = "completion", "Completion"
+
+
+class PlaygroundRun(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="playground_runs"
+    )
+    deployment_name = models.CharField(max_length=63)
+    mode = models.CharField(max_length=20, choices=Mode.choices)
+    parameters = models.JSONField(default=dict, blank=True)
+    messages = models.JSONField(default=list, blank=True, help_text="chat mode")
+    prompt = models.TextField(blank=True, help_text="completion mode")
+    answer = models.TextField(blank=True)
+    status = models.CharField(max_length=32)
+    error = models.TextField(blank=True)
+    server_timings = models.JSONField(default=dict, blank=True)
+    browser_timings = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["user", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.deployment_name} {self.mode} {self.status}"

@@ -1,0 +1,151 @@
+"""Write paths of the playground: tokens, the audit row of each gateway request, runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.http import HttpRequest
+from django.utils import timezone
+
+from controlpanel.audit import audit_record
+from playground import tokens
+from playground.models import ApiToken, Mode, PlaygroundRun
+from playground.payload import GatewayCall, LengthCap, prompt_of
+
+_NOT_PARAMETERS = frozenset({"model", "messages", "prompt", "stream", "stream_options"})
+BROWSER_TIMING_KEYS = ("ttft_ms", "duration_ms", "tokens_per_s", "completion_tokens", "chunks")
+
+
+@transaction.atomic
+def token_create(
+    *, user: Any, name: str, request: HttpRequest | None = None
+) -> tuple[ApiToken, str]:
+    """A new token and its one-time plain text."""
+    raw = tokens.token_new()
+    token = ApiToken.objects.create(
+        user=user,
+        name=name.strip()[:100] or "token",
+        token_hash=tokens.token_hash(raw),
+        prefix=raw[: tokens.DISPLAY_CHARS],
+    )
+    audit_record(
+        actor=user,
+        action="playground.apitoken.create",
+        target_type="apitoken",
+        target_id=token.pk,
+        detail={"name": token.name, "prefix": token.prefix},
+        request=request,
+    )
+    return token, raw
+
+
+@transaction.atomic
+def token_revoke(*, user: Any, token_id: int, request: HttpRequest | None = None) -> bool:
+    changed = ApiToken.objects.filter(pk=token_id, user=user, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    if changed:
+        audit_record(
+            actor=user,
+            action="playground.apitoken.revoke",
+            target_type="apitoken",
+            target_id=token_id,
+            request=request,
+        )
+    return changed == 1
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one gateway request ended."""
+
+    status: str  # ok | client_disconnected | engine_error | engine_unreachable | ...
+    http_status: int
+    timings: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    answer: str = ""
+
+
+def gateway_audit(
+    *,
+    user: Any,
+    via: str,
+    call: GatewayCall | None,
+    deployment: tuple[int, str] | None,
+    outcome: Outcome,
+    length: LengthCap | None = None,
+    ip: str | None = None,
+) -> None:
+    """One audit row per gateway request. Keys avoid 'token': the audit scrubber masks those."""
+    detail: dict[str, Any] = {
+        "deployment": deployment[1] if deployment else (call.model if call else ""),
+        "endpoint": call.path if call else "",
+        "via": "bearer" if via == "token" else via,
+        "stream": call.stream if call else False,
+        "status": outcome.status,
+        "http_status": outcome.http_status,
+        **_timing_detail(outcome.timings),
+    }
+    if length is not None:
+        detail["length"] = {"asked": length.asked, "sent": length.sent}
+    if outcome.error:
+        detail["error"] = outcome.error[:2000]
+    if settings.AUDIT_PROMPTS and call is not None:
+        detail["prompt"] = prompt_of(call)
+    audit_record(
+        actor=user,
+        action="playground.request",
+        target_type="deployment",
+        target_id=deployment[0] if deployment else "",
+        detail=detail,
+        ip=ip,
+    )
+
+
+def _timing_detail(timings: dict[str, Any]) -> dict[str, Any]:
+    if not timings:
+        return {}
+    return {
+        "ttft_ms": timings.get("ttft_ms"),
+        "duration_ms": timings.get("duration_ms"),
+        "rate_per_s": timings.get("tokens_per_s"),
+        "usage": {
+            "prompt": timings.get("prompt_tokens"),
+            "completion": timings.get("completion_tokens"),
+        },
+    }
+
+
+def run_record(
+    *, user: Any, deployment_name: str, call: GatewayCall, outcome: Outcome
+) -> PlaygroundRun:
+    body = call.body
+    chat = call.kind == "chat"
+    return PlaygroundRun.objects.create(
+        user=user,
+        deployment_name=deployment_name[:63],
+        mode=Mode.CHAT if chat else Mode.COMPLETION,
+        parameters={k: v for k, v in body.items() if k not in _NOT_PARAMETERS},
+        messages=(body.get("messages") or []) if chat else [],
+        prompt="" if chat else _prompt_text(body.get("prompt")),
+        answer=outcome.answer,
+        status=outcome.status,
+        error=outcome.error[:2000],
+        server_timings=outcome.timings,
+    )
+
+
+def _prompt_text(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else "\n".join(str(p) for p in prompt or ())
+
+
+def run_browser_timings_set(*, user: Any, run_id: int, timings: dict[str, Any]) -> bool:
+    clean = {k: timings[k] for k in BROWSER_TIMING_KEYS if _number_or_none(timings.get(k))}
+    return PlaygroundRun.objects.filter(pk=run_id, user=user).update(browser_timings=clean) == 1
+
+
+def _number_or_none(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

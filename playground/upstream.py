@@ -1,0 +1,122 @@
+"""The engine side of the gateway: one shared httpx.AsyncClient per process (event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+ERROR_BODY_MAX_BYTES = 64 * 1024
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def read_timeout_s() -> float:
+    return float(getattr(settings, "PLAYGROUND_READ_TIMEOUT_S", 120.0))
+
+
+def connect_timeout_s() -> float:
+    return float(getattr(settings, "PLAYGROUND_CONNECT_TIMEOUT_S", 3.0))
+
+
+def shared_client() -> httpx.AsyncClient:
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None or client.is_closed:
+        timeout = httpx.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        client = httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+        _clients[loop] = client
+    return client
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a deployment's engine answers, and how to talk to it."""
+
+    deployment_id: int
+    name: str
+    engine: str
+    base_url: str
+    served_model: str | None
+    api_key: str | None = field(default=None, repr=False)
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream, application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+
+class UpstreamError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+async def open_response(target: Target, path: str, body: dict[str, Any]) -> httpx.Response:
+    """The engine's response, headers read and body not yet; an engine error raises."""
+    client = shared_client()
+    request = client.build_request(
+        "POST", target.base_url + path, json=body, headers=target.headers()
+    )
+    try:
+        response = await client.send(request, stream=True)
+    except httpx.HTTPError as exc:
+        raise transport_error(target, exc) from exc
+    if response.status_code >= 400:
+        raise await engine_error(target, response)
+    return response
+
+
+def transport_error(target: Target, exc: httpx.HTTPError) -> UpstreamError:
+    where = f"engine of {target.name} at {target.base_url}"
+    if isinstance(exc, httpx.ConnectTimeout):
+        return UpstreamError(504, "engine_unreachable", f"{where}: connect timed out")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamError(502, "engine_unreachable", f"{where} is not reachable: {exc}")
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamError(504, "engine_timeout", f"{where} did not answer in time")
+    return UpstreamError(502, "engine_error", f"{where} failed: {exc!r}")
+
+
+async def engine_error(target: Target, response: httpx.Response) -> UpstreamError:
+    try:
+        raw = await _read_bounded(response)
+    finally:
+        await response.aclose()
+    status = response.status_code if response.status_code < 500 else 502
+    message = f"engine of {target.name} answered {response.status_code}: {engine_message(raw)}"
+    return UpstreamError(status, "engine_error", message)
+
+
+async def _read_bounded(response: httpx.Response) -> bytes:
+    raw = b""
+    async for chunk in response.aiter_raw():
+        raw += chunk
+        if len(raw) >= ERROR_BODY_MAX_BYTES:
+            break
+    return raw[:ERROR_BODY_MAX_BYTES]
+
+
+def engine_message(raw: bytes) -> str:
+    """The human part of an engine's error body (FastAPI `detail`, OpenAI `error.message`)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()[:2000] or "(empty body)"
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        for key in ("detail", "message", "error"):
+            if body.get(key):
+                return str(body[key]) if not isinstance(body[key], str) else body[key]
+    return json.dumps(body)[:2000]

@@ -1,0 +1,90 @@
+"""Playground fixtures: a stand-in engine, deployment rows, a gateway server, callers."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from django.test import Client
+
+from deployments.models import Deployment
+from monitoring.models import Host
+from playground import services
+from tests.playground.stub_upstream import StubUpstream
+
+GATEWAY_MAX_TOKENS = 64
+GATEWAY_MAX_CONCURRENT = 2
+
+
+@pytest.fixture
+def stub() -> Iterator[StubUpstream]:
+    upstream = StubUpstream().start()
+    yield upstream
+    if upstream.hold_after_first is not None:
+        upstream.hold_after_first.set()
+    upstream.stop()
+
+
+@pytest.fixture
+def make_deployment(transactional_db: None, operator: Any) -> Callable[..., Deployment]:
+    host = Host.objects.create(
+        name="pg-host", queue="host.pg-host", backend="simulated", simulated=True
+    )
+
+    def make(
+        name: str, port: int, *, engine: str = "transformers", status: str = "running"
+    ) -> Deployment:
+        return Deployment.objects.create(
+            name=name,
+            model_id="/models/tiny",
+            engine=engine,
+            host=host,
+            status=status,
+            bind_host="127.0.0.1",
+            port=port,
+            created_by=operator,
+        )
+
+    return make
+
+
+@pytest.fixture
+def gateway_settings(settings: Any) -> Any:
+    """Set before the server forks: the daphne process reads them at start."""
+    settings.PLAYGROUND_MAX_TOKENS = GATEWAY_MAX_TOKENS
+    settings.PLAYGROUND_MAX_CONCURRENT = GATEWAY_MAX_CONCURRENT
+    settings.AUDIT_PROMPTS = False
+    settings.PLAYGROUND_CONNECT_TIMEOUT_S = 2.0
+    return settings
+
+
+@pytest.fixture
+def server(gateway_settings: Any, asgi_server: Any) -> Any:
+    return asgi_server
+
+
+def bearer_for(user: Any) -> dict[str, str]:
+    _, raw = services.token_create(user=user, name="test")
+    return {"Authorization": f"Bearer {raw}"}
+
+
+def session_for(user: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """Cookies and headers of a logged-in browser session, with a matching CSRF pair."""
+    client = Client()
+    client.force_login(user)
+    csrf = secrets.token_hex(16)
+    cookies = {"sessionid": client.cookies["sessionid"].value, "csrftoken": csrf}
+    return cookies, {"X-CSRFToken": csrf}
+
+
+def sse_stream(url: str, body: dict[str, Any], headers: dict[str, str], **kw: Any) -> Any:
+    return httpx.stream(
+        "POST", url, json={**body, "stream": True}, headers=headers, timeout=10, **kw
+    )
+
+
+def sse_data(text: str) -> list[str]:
+    return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
