@@ -1,10 +1,9 @@
-from django.urls import path
+from django.urls import include, path
 
 from deployments import deployment_views as dv
-from deployments import views
 
 urlpatterns = [
-    path("models/", views.models_index, name="models"),
+    path("", include("deployments.catalog_urls")),
     path("deployments/", dv.deployment_list, name="deployments"),
     path("deployments/new/", dv.deployment_new, name="deployment_new"),
     path("deployments/<int:pk>/", dv.deployment_detail, name="deployment_detail"),

@@ -1,0 +1,424 @@
+"""Reads behind the Models pages: Hub search and cards, local models, and the plan panel.
+
+The views only parse input and render; everything here returns plain values or raises one of
+HubError, ModelSourceError or PlanningError, each carrying a message meant for the user.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.utils.text import slugify
+
+from deployments import catalog, inventory, planning
+from deployments.hub import HubClient, ModelCard, ModelSummary, SearchPage
+from deployments.hubaccess import hub_client
+from deployments.specs import ModelSource, ModelSourceError, load_spec, local_ref
+from monitoring.models import Host
+
+SESSION_TOKEN_KEY = "catalog_hub_token"  # noqa: S105 (a session key name, not a secret)
+DEFAULT_WHATIF = "4x80GiB@nvlink"
+WHATIF = "whatif"
+GIB = 1 << 30
+HF_CACHE = "/root/.cache/huggingface"
+PARTS = (
+    ("weights_bytes", "Weights"),
+    ("activation_bytes", "Activations"),
+    ("non_torch_bytes", "Non-torch"),
+    ("cuda_graph_bytes", "CUDA graphs"),
+    ("kv_cache_bytes", "KV cache"),
+)
+
+
+# -- display values ---------------------------------------------------------------------------
+
+
+def human_params(count: int | None) -> str:
+    if not count:
+        return "—"
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)
+
+
+def human_bytes(size: int | None) -> str:
+    if not size:
+        return "—"
+    return f"{size / GIB:.1f} GiB" if size >= GIB else f"{size / (1 << 20):.0f} MiB"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogCard:
+    """One result card, the same for Hub and local models."""
+
+    name: str
+    url: str
+    parameters: str
+    size: str
+    context_length: int | None
+    quantization: str | None
+    gated: bool
+    license: str | None
+    downloads: int | None
+    likes: int | None
+    last_modified: datetime | None
+    error: str | None = None
+
+
+def hub_card(summary: ModelSummary) -> CatalogCard:
+    return CatalogCard(
+        name=summary.repo_id,
+        url=f"/models/{summary.repo_id}/",
+        parameters=human_params(summary.parameters),
+        size=human_bytes(summary.weights_bytes_estimate),
+        context_length=summary.context_length,
+        quantization=summary.quantization,
+        gated=summary.gated,
+        license=summary.license,
+        downloads=summary.downloads,
+        likes=summary.likes,
+        last_modified=summary.last_modified,
+    )
+
+
+def local_card(model: catalog.LocalModel) -> CatalogCard:
+    return CatalogCard(
+        name=f"{model.root_name}/{model.relative_path}",
+        url=f"/models/local/{model.root_index}/{model.relative_path}/",
+        parameters=human_params(model.parameters),
+        size=human_bytes(model.size_bytes),
+        context_length=model.context_length,
+        quantization=model.quantization,
+        gated=False,
+        license=None,
+        downloads=None,
+        likes=None,
+        last_modified=None,
+        error=model.error,
+    )
+
+
+# -- catalog reads ----------------------------------------------------------------------------
+
+
+def client_for(session: Any) -> HubClient:
+    return hub_client(token=session.get(SESSION_TOKEN_KEY) or None)
+
+
+def search_models(client: HubClient, filters: dict[str, Any]) -> SearchPage:
+    return client.search(**filters)
+
+
+def local_models() -> list[CatalogCard]:
+    return [local_card(m) for m in catalog.list_local()]
+
+
+def spec_from_card(card: ModelCard) -> planning.ModelSpec:
+    if card.config is None:
+        raise ModelSourceError(card.config_error or f"{card.repo_id} has no readable config.json.")
+    counts = dict(card.parameters_by_dtype)
+    summary = planning.SafetensorsSummary(counts) if counts else None
+    try:
+        return planning.ModelSpec.from_config(card.config, safetensors=summary, name=card.repo_id)
+    except planning.PlanningError as exc:
+        raise ModelSourceError(f"{card.repo_id}: {exc}") from exc
+
+
+def model_spec(source: ModelSource, client: HubClient) -> planning.ModelSpec:
+    """The spec through the user's client, so a personal token reaches gated configs."""
+    if source.is_local:
+        return load_spec(source)
+    return spec_from_card(client.model_info(source.ref, revision=source.revision or None))
+
+
+def architecture_rows(spec: planning.ModelSpec) -> list[tuple[str, str]]:
+    rows = [
+        ("Architecture", ", ".join(spec.architectures) or spec.model_type),
+        ("Layers", str(spec.num_layers)),
+        ("Hidden size", str(spec.hidden_size)),
+        ("Attention heads", str(spec.num_heads)),
+        ("KV heads", str(spec.num_kv_heads)),
+        ("Head dim", str(spec.head_dim)),
+        ("Vocabulary", str(spec.vocab_size)),
+        ("Max context", f"{spec.derived_max_model_len} tokens"),
+        ("Checkpoint dtype", spec.dtype),
+    ]
+    if spec.moe is not None:
+        rows.append(("Experts", f"{spec.moe.num_experts} ({spec.moe.experts_per_token} per token)"))
+    if spec.mla is not None:
+        rows.append(("Attention", "multi-head latent (MLA)"))
+    return rows
+
+
+def local_source(root: int, relative_path: str) -> ModelSource:
+    from deployments.specs import resolve_source
+
+    return resolve_source(f"local:{root}/{relative_path}")
+
+
+def local_model(source: ModelSource) -> catalog.LocalModel | None:
+    return next((m for m in catalog.list_local() if local_ref(m) == source.ref), None)
+
+
+def host_choices() -> list[Host]:
+    return list(Host.objects.all())
+
+
+# -- the plan panel ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlanTarget:
+    """Where to plan: a registered host, or a what-if GPU spec."""
+
+    host: Host | None
+    gpus_spec: str
+
+    @property
+    def label(self) -> str:
+        return self.host.name if self.host else f"what-if {self.gpus_spec}"
+
+    @property
+    def simulated(self) -> bool:
+        return bool(self.host and self.host.simulated)
+
+    def inventory(self) -> planning.Inventory:
+        if self.host is not None:
+            return inventory.host_inventory(self.host)
+        return planning.parse_gpus(self.gpus_spec, host="what-if")
+
+
+def plan_target(target: str, gpus_spec: str) -> PlanTarget:
+    if not target or target == WHATIF:
+        return PlanTarget(None, gpus_spec.strip() or DEFAULT_WHATIF)
+    host = Host.objects.filter(name=target).first()
+    if host is None:
+        raise ModelSourceError(f"There is no registered host {target!r}: pick one from the list.")
+    return PlanTarget(host, "")
+
+
+def plan_panel(
+    source: ModelSource, spec: planning.ModelSpec, target: PlanTarget, req: planning.PlanRequest
+) -> tuple[dict[str, Any], bool]:
+    """The plan panel's JSON and whether some plan fits."""
+    started = time.perf_counter()
+    req.validate()
+    result = planning.plan(spec, target.inventory(), req)
+    chosen = result.best or (result.plans[0] if result.plans else None)
+    payload: dict[str, Any] = {
+        "ok": result.best is not None,
+        "target": {"label": target.label, "simulated": target.simulated},
+        "model_ref": source.ref,
+        "revision": source.revision,
+        "alternatives": [_alternative(p, p is chosen) for p in result.plans],
+        "plan": None,
+        "error": None,
+    }
+    if chosen is None:
+        payload["error"] = f"{target.label} has no free GPU to plan on."
+    else:
+        payload["plan"] = _plan_view(chosen, source, target, spec, req)
+        if result.best is None:
+            payload["error"] = no_fit_message(chosen, spec, req)
+    payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)
+    return payload, result.best is not None
+
+
+def no_fit_message(p: planning.Plan, spec: planning.ModelSpec, req: planning.PlanRequest) -> str:
+    """The planner's reason, and what would fit when the context length is the problem."""
+    message = p.reasons[0] if p.reasons else "No layout fits."
+    wanted = req.max_model_len
+    if wanted and wanted > spec.derived_max_model_len:
+        return f"{message} This model allows at most {spec.derived_max_model_len} tokens."
+    if wanted and 0 < p.kv_cache_tokens < wanted:
+        return f"{message} What fits here: a context of at most {p.kv_cache_tokens} tokens."
+    return message
+
+
+def _alternative(p: planning.Plan, chosen: bool) -> dict[str, Any]:
+    return {
+        "tensor_parallel_size": p.tensor_parallel_size,
+        "pipeline_parallel_size": p.pipeline_parallel_size,
+        "replicas": p.replicas,
+        "fits": p.fits,
+        "chosen": chosen,
+        "reasons": list(p.reasons),
+        "warnings": list(p.warnings),
+        "kv_cache_tokens": p.kv_cache_tokens,
+        "max_concurrency": p.max_concurrency,
+    }
+
+
+def _plan_view(
+    p: planning.Plan,
+    source: ModelSource,
+    target: PlanTarget,
+    spec: planning.ModelSpec,
+    req: planning.PlanRequest,
+) -> dict[str, Any]:
+    details = planning.plan_details(p)
+    argv = serve_argv(p, source)
+    details["gpu_labels"] = _gpu_labels(p)
+    details["chart"] = chart_data(details["per_gpu"], details["gpu_labels"])
+    details["commands"] = {
+        "vllm": shlex.join(argv),
+        "docker": "\n".join(docker_lines(p, source, argv, req.vllm_version)),
+        "kubernetes": k8s_manifest(p, source, argv, req.vllm_version, slugify(spec.name)),
+    }
+    details["launch"] = launch_fields(p, source, target, req)
+    details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
+    return details
+
+
+COMMAND_TITLES = (
+    ("vllm", "vllm serve"),
+    ("docker", "docker run"),
+    ("kubernetes", "Kubernetes Deployment"),
+)
+
+
+def command_blocks(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
+    commands = (payload.get("plan") or {}).get("commands", {})
+    return [(key, title, commands.get(key, "")) for key, title in COMMAND_TITLES]
+
+
+def default_name(source: ModelSource) -> str:
+    tail = source.ref.rstrip("/").rsplit("/", 1)[-1]
+    return (slugify(tail.replace(".", "-")) or "model")[:63].strip("-")
+
+
+def _gpu_labels(p: planning.Plan) -> list[str]:
+    first = p.gpus[0] if p.gpus else ()
+    labels = [f"rank {i} · {g.host}:{g.index}" for i, g in enumerate(first)]
+    return labels or [f"rank {i}" for i in range(len(p.per_gpu))]
+
+
+def chart_data(per_gpu: list[dict[str, int]], labels: list[str]) -> dict[str, Any]:
+    """GiB per part and GPU, for the stacked bars; capacity and budget as markers."""
+    gib = [[round(g[key] / GIB, 3) for g in per_gpu] for key, _ in PARTS]
+    return {
+        "labels": labels,
+        "parts": [
+            {"name": name, "gib": values} for (_, name), values in zip(PARTS, gib, strict=True)
+        ],
+        "capacity_gib": [round(g["gpu_total_bytes"] / GIB, 3) for g in per_gpu],
+        "budget_gib": [round(g["budget_bytes"] / GIB, 3) for g in per_gpu],
+    }
+
+
+def launch_fields(
+    p: planning.Plan, source: ModelSource, target: PlanTarget, req: planning.PlanRequest
+) -> dict[str, str]:
+    """The fields POSTed to deployment_new: the chosen layout made explicit."""
+
+    def text(value: object) -> str:
+        return "" if value is None else str(value)
+
+    return {
+        "model_ref": source.ref,
+        "revision": source.revision,
+        "host": target.host.name if target.host else "",
+        "engine": "vllm",
+        "tensor_parallel_size": str(p.tensor_parallel_size),
+        "pipeline_parallel_size": str(p.pipeline_parallel_size),
+        "max_model_len": text(req.max_model_len),
+        "max_num_seqs": text(req.max_num_seqs),
+        "dtype": req.dtype,
+        "quantization": text(req.quantization),
+        "kv_cache_dtype": req.kv_cache_dtype,
+        "gpu_memory_utilization": text(req.gpu_memory_utilization),
+    }
+
+
+# -- commands ---------------------------------------------------------------------------------
+
+
+def serve_argv(p: planning.Plan, source: ModelSource) -> list[str]:
+    argv = list(p.command)
+    if source.revision:
+        argv[3:3] = ["--revision", source.revision]
+    return argv
+
+
+def _container_model(source: ModelSource) -> str:
+    return f"/models/{source.engine_model.rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def container_args(argv: list[str], source: ModelSource) -> list[str]:
+    """What follows the image's `vllm serve` entrypoint; a local folder is mounted at /models."""
+    args = argv[2:]
+    if source.is_local and args:
+        args[0] = _container_model(source)
+    return args
+
+
+def image(vllm_version: str) -> str:
+    return f"vllm/vllm-openai:v{vllm_version}"
+
+
+def docker_lines(
+    p: planning.Plan, source: ModelSource, argv: list[str], vllm_version: str
+) -> list[str]:
+    """One `docker run` per replica, each on its own GPUs and port."""
+    lines = []
+    if p.multi_host:
+        lines.append("# This plan spans hosts (Ray): start a Ray cluster on each host first.")
+    for n, gpus in enumerate(p.gpus or ((),)):
+        devices = ",".join(str(g.index) for g in gpus) or "all"
+        cmd = ["docker", "run", "--rm", "--ipc=host", "--gpus", f'"device={devices}"']
+        cmd += ["-p", f"{8000 + n}:8000"]
+        rest = ["--env", "HF_TOKEN"]  # passed through from the caller's environment
+        if source.is_local:
+            rest = ["-v", f"{source.engine_model}:{_container_model(source)}:ro", *rest]
+        rest += [image(vllm_version), *container_args(argv, source)]
+        cache_mount = f'-v "$HOME/.cache/huggingface:{HF_CACHE}"'
+        lines.append(f"{shlex.join(cmd)} {cache_mount} {shlex.join(rest)}")
+    return lines
+
+
+def k8s_manifest(
+    p: planning.Plan, source: ModelSource, argv: list[str], vllm_version: str, name: str
+) -> str:
+    """A Deployment with one pod per replica, each limited to TP × PP GPUs."""
+    q = json.dumps
+    name = (name or "vllm")[:55].strip("-") or "vllm"
+    lines = [
+        "apiVersion: apps/v1",
+        "kind: Deployment",
+        "metadata:",
+        f"  name: {q(name)}",
+        f"  labels: {{app: {q(name)}}}",
+        "spec:",
+        f"  replicas: {max(p.replicas, 1)}",
+        f"  selector: {{matchLabels: {{app: {q(name)}}}}}",
+        "  template:",
+        f"    metadata: {{labels: {{app: {q(name)}}}}}",
+        "    spec:",
+        "      containers:",
+        "        - name: vllm",
+        f"          image: {q(image(vllm_version))}",
+        f"          args: {q(container_args(argv, source))}",
+        "          env:",
+        "            - name: HF_TOKEN",
+        "              valueFrom: {secretKeyRef: {name: hf-token, key: token, optional: true}}",
+        "          ports: [{containerPort: 8000}]",
+        "          readinessProbe: {httpGet: {path: /health, port: 8000}, periodSeconds: 10}",
+        f"          resources: {{limits: {{nvidia.com/gpu: {p.gpus_per_replica}}}}}",
+        "          volumeMounts:",
+        f"            - {{name: hf-cache, mountPath: {HF_CACHE}}}",
+        "            - {name: shm, mountPath: /dev/shm}",
+    ]
+    volumes = [
+        "        - {name: hf-cache, emptyDir: {}}",
+        "        - {name: shm, emptyDir: {medium: Memory, sizeLimit: 8Gi}}",
+    ]
+    if source.is_local:
+        lines.append(f"            - {{name: model, mountPath: {q(_container_model(source))}}}")
+        volumes.append(f"        - {{name: model, hostPath: {{path: {q(source.engine_model)}}}}}")
+    return "\n".join([*lines, "      volumes:", *volumes]) + "\n"

@@ -1,0 +1,257 @@
+// Models catalog: live search (HTML fragments) and the plan panel (JSON -> Plotly bars).
+(function () {
+  "use strict";
+
+  const PLOTLY_CONFIG = { showSendToCloud: false, displaylogo: false, responsive: true };
+  const COLORS = ["#4e79a7", "#f28e2b", "#9c755f", "#b07aa1", "#59a14f"];
+
+  function debounce(fn, ms) {
+    let timer = null;
+    return function () {
+      clearTimeout(timer);
+      timer = setTimeout(fn, ms);
+    };
+  }
+
+  function query(form) {
+    const params = new URLSearchParams();
+    for (const [k, v] of new FormData(form)) if (v !== "") params.append(k, v);
+    return params;
+  }
+
+  // Fetches whose answers arrive out of order are dropped: only the latest one counts.
+  function latestOnly() {
+    let controller = null;
+    return function (url) {
+      if (controller) controller.abort();
+      controller = new AbortController();
+      return fetch(url, { signal: controller.signal, headers: { "X-Requested-With": "fetch" } });
+    };
+  }
+
+  // -- search -----------------------------------------------------------------------------
+
+  function initSearch(form) {
+    const results = document.getElementById("results");
+    const get = latestOnly();
+    function load(params) {
+      results.classList.add("plan-busy");
+      return get(form.dataset.results + "?" + params)
+        .then((r) => r.text())
+        .then((html) => {
+          results.innerHTML = html;
+          results.classList.remove("plan-busy");
+          history.replaceState(null, "", "?" + params);
+        })
+        .catch((err) => {
+          if (err.name === "AbortError") return;
+          results.classList.remove("plan-busy");
+          results.innerHTML = '<div class="banner bad">The search failed: ' + err.message + "</div>";
+        });
+    }
+    const refresh = () => load(query(form));
+    form.addEventListener("input", debounce(refresh, 250));
+    form.addEventListener("change", refresh);
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      refresh();
+    });
+    results.addEventListener("click", (ev) => {
+      const link = ev.target.closest("a[data-page]");
+      if (!link) return;
+      ev.preventDefault();
+      const params = query(form);
+      params.set("page", link.dataset.page);
+      load(params);
+    });
+  }
+
+  // -- plan panel -------------------------------------------------------------------------
+
+  function text(id, value) {
+    const el = document.getElementById(id);
+    if (el) el.textContent = value;
+    return el;
+  }
+
+  function drawChart(plan) {
+    const el = document.getElementById("plan-chart");
+    if (!el || !window.Plotly) return;
+    if (!plan) {
+      window.Plotly.purge(el);
+      return;
+    }
+    const c = plan.chart;
+    const traces = c.parts.map((part, i) => ({
+      type: "bar",
+      name: part.name,
+      x: c.labels,
+      y: part.gib,
+      marker: { color: COLORS[i % COLORS.length] },
+      hovertemplate: "%{y:.2f} GiB<extra>" + part.name + "</extra>",
+    }));
+    const marker = (name, y, color, dash) => ({
+      type: "scatter",
+      mode: "markers",
+      name: name,
+      x: c.labels,
+      y: y,
+      marker: { symbol: "line-ew-open", size: 60, line: { width: 3, color: color } },
+      hovertemplate: "%{y:.2f} GiB<extra>" + name + "</extra>",
+    });
+    traces.push(marker("GPU capacity", c.capacity_gib, "#111827"));
+    traces.push(marker("vLLM budget", c.budget_gib, "#dc2626"));
+    const layout = {
+      barmode: "stack",
+      margin: { l: 50, r: 10, t: 10, b: 40 },
+      yaxis: { title: { text: "GiB" }, rangemode: "tozero" },
+      legend: { orientation: "h", y: -0.15 },
+      datarevision: Date.now(),
+    };
+    window.Plotly.react(el, traces, layout, PLOTLY_CONFIG);
+  }
+
+  function cell(row, content) {
+    const td = row.insertCell();
+    td.textContent = content;
+    return td;
+  }
+
+  function drawAlternatives(list) {
+    const body = document.querySelector("#plan-alternatives tbody");
+    if (!body) return;
+    body.replaceChildren();
+    for (const a of list || []) {
+      const row = body.insertRow();
+      row.className = a.chosen ? "chosen" : a.fits ? "" : "rejected";
+      cell(row, a.tensor_parallel_size + " × " + a.pipeline_parallel_size);
+      cell(row, a.replicas).className = "num";
+      cell(row, a.kv_cache_tokens).className = "num";
+      cell(row, a.max_concurrency).className = "num";
+      const verdict = a.chosen ? "chosen" : a.fits ? "fits, ranked lower" : "rejected: " + a.reasons.join(" ");
+      const td = cell(row, verdict);
+      for (const w of a.warnings) {
+        const div = document.createElement("div");
+        div.className = "muted";
+        div.textContent = w;
+        td.appendChild(div);
+      }
+    }
+  }
+
+  function drawWarnings(warnings) {
+    const list = document.getElementById("plan-warnings");
+    if (!list) return;
+    list.replaceChildren();
+    for (const w of warnings || []) {
+      const li = document.createElement("li");
+      li.className = "banner warn";
+      li.textContent = w;
+      list.appendChild(li);
+    }
+  }
+
+  function drawLaunch(payload, targetIsHost) {
+    const form = document.getElementById("launch-form");
+    if (!form) return;
+    const fields = (payload.plan && payload.plan.launch) || {};
+    for (const [k, v] of Object.entries(fields)) {
+      const input = form.querySelector('input[type=hidden][name="' + k + '"]');
+      if (input) input.value = v;
+    }
+    const ok = payload.ok && targetIsHost;
+    form.querySelector("#launch-button").disabled = !ok;
+    text("launch-note", !targetIsHost ? "Pick a registered host to launch." : payload.ok ? "" : "This plan does not fit.");
+  }
+
+  function drawPlan(payload, targetIsHost) {
+    const plan = payload.plan;
+    const error = document.getElementById("plan-error");
+    error.hidden = !payload.error;
+    error.textContent = payload.error || "";
+    if (payload.target) {
+      text("plan-target", payload.target.label);
+      document.getElementById("plan-simulated").hidden = !payload.target.simulated;
+    }
+    const kv = text("kv-tokens", plan ? plan.kv_cache_tokens.toLocaleString("en-US") : "—");
+    kv.dataset.value = plan ? plan.kv_cache_tokens : 0;
+    text("max-concurrency", plan ? plan.max_concurrency + "×" : "—");
+    const replicas = plan ? plan.replicas + (plan.replicas === 1 ? " replica" : " replicas") : "";
+    text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
+    text("plan-context", plan ? plan.max_model_len + " tokens" : "—");
+    text("plan-ms", payload.server_ms !== undefined ? payload.server_ms + " ms" : "—");
+    for (const key of ["vllm", "docker", "kubernetes"]) {
+      text("cmd-" + key, plan ? plan.commands[key] : "");
+    }
+    drawWarnings(plan && plan.warnings);
+    drawAlternatives(payload.alternatives);
+    drawChart(plan);
+    drawLaunch(payload, targetIsHost);
+  }
+
+  function initPlan(form) {
+    const result = document.getElementById("plan-result");
+    const target = form.querySelector("[name=target]");
+    const gpusLabel = document.getElementById("gpus-label");
+    const get = latestOnly();
+    const isHost = () => target.value !== "whatif";
+    function replan() {
+      gpusLabel.hidden = isHost();
+      result.classList.add("plan-busy");
+      get(form.dataset.endpoint + "?" + query(form))
+        .then((r) => r.json())
+        .then((payload) => {
+          result.classList.remove("plan-busy");
+          drawPlan(payload, isHost());
+          result.dataset.revision = String(Number(result.dataset.revision || 0) + 1);
+        })
+        .catch((err) => {
+          if (err.name === "AbortError") return;
+          result.classList.remove("plan-busy");
+          drawPlan({ ok: false, error: "Planning failed: " + err.message, plan: null }, isHost());
+        });
+    }
+    form.addEventListener("input", debounce(replan, 200));
+    form.addEventListener("change", debounce(replan, 50));
+    form.addEventListener("submit", (ev) => ev.preventDefault());
+    const initial = document.getElementById("plan-data");
+    if (initial) drawChart(JSON.parse(initial.textContent).plan);
+  }
+
+  // -- copy buttons -----------------------------------------------------------------------
+
+  function copy(button) {
+    const source = document.getElementById(button.dataset.copy);
+    const value = source ? source.textContent : "";
+    const done = () => {
+      button.textContent = "Copied";
+      setTimeout(() => (button.textContent = "Copy"), 1500);
+    };
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(value).then(done, () => fallbackCopy(source, done));
+    } else {
+      fallbackCopy(source, done);
+    }
+  }
+
+  function fallbackCopy(source, done) {
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    if (document.execCommand("copy")) done();
+  }
+
+  document.addEventListener("click", (ev) => {
+    const button = ev.target.closest("button[data-copy]");
+    if (button) copy(button);
+  });
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const search = document.getElementById("search-form");
+    if (search) initSearch(search);
+    const plan = document.getElementById("plan-form");
+    if (plan) initPlan(plan);
+  });
+})();
