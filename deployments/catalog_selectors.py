@@ -210,9 +210,10 @@ def plan_panel(
     started = time.perf_counter()
     req.validate()
     result = planning.plan(spec, target.inventory(), req)
-    chosen = result.best or (result.plans[0] if result.plans else None)
+    chosen = chosen_plan(result, req)
+    ok = chosen is not None and chosen.fits
     payload: dict[str, Any] = {
-        "ok": result.best is not None,
+        "ok": ok,
         "target": {"label": target.label, "simulated": target.simulated},
         "model_ref": source.ref,
         "revision": source.revision,
@@ -223,11 +224,19 @@ def plan_panel(
     if chosen is None:
         payload["error"] = f"{target.label} has no free GPU to plan on."
     else:
-        payload["plan"] = _plan_view(chosen, source, target, spec, req)
-        if result.best is None:
+        payload["plan"] = _plan_view(chosen, source, target, req)
+        if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)
     payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)
-    return payload, result.best is not None
+    return payload, ok
+
+
+def chosen_plan(result: planning.PlanResult, req: planning.PlanRequest) -> planning.Plan | None:
+    """A forced TP/PP layout is the user's choice, fitting or not; else the best that fits."""
+    forced = req.tensor_parallel_size is not None or req.pipeline_parallel_size is not None
+    if forced and result.plans:
+        return result.plans[0]
+    return result.best or next(iter(result.plans), None)
 
 
 def no_fit_message(p: planning.Plan, spec: planning.ModelSpec, req: planning.PlanRequest) -> str:
@@ -259,7 +268,6 @@ def _plan_view(
     p: planning.Plan,
     source: ModelSource,
     target: PlanTarget,
-    spec: planning.ModelSpec,
     req: planning.PlanRequest,
 ) -> dict[str, Any]:
     details = planning.plan_details(p)
@@ -269,7 +277,7 @@ def _plan_view(
     details["commands"] = {
         "vllm": shlex.join(argv),
         "docker": "\n".join(docker_lines(p, source, argv, req.vllm_version)),
-        "kubernetes": k8s_manifest(p, source, argv, req.vllm_version, slugify(spec.name)),
+        "kubernetes": k8s_manifest(p, source, argv, req.vllm_version, default_name(source)),
     }
     details["launch"] = launch_fields(p, source, target, req)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"

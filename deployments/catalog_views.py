@@ -196,6 +196,7 @@ def hub_model(request: HttpRequest, org: str, name: str) -> HttpResponse:
         context = {"message": exc.message, "repo_id": f"{org}/{name}"}
         return render(request, "catalog/error.html", context, status=hub_status(exc))
     extra = {"card": card, "weights": sel.human_bytes(card.weights_bytes)}
+    extra["checkpoint_quant"] = card.quantization
     extra["parameters"] = sel.human_params(card.parameters)
     return _detail(request, source, extra)
 
@@ -210,6 +211,7 @@ def local_model(request: HttpRequest, root: int, path: str = ".") -> HttpRespons
     model = sel.local_model(source)
     extra = {"local": model, "weights": sel.human_bytes(model.size_bytes if model else None)}
     extra["parameters"] = sel.human_params(model.parameters if model else None)
+    extra["checkpoint_quant"] = model.quantization if model else None
     return _detail(request, source, extra)
 
 
