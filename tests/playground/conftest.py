@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -88,3 +89,41 @@ def sse_stream(url: str, body: dict[str, Any], headers: dict[str, str], **kw: An
 
 def sse_data(text: str) -> list[str]:
     return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
+
+
+# --- a real engine: transformers serve on the tiny demo model, as the engine tests run it -----
+
+
+@dataclass(frozen=True)
+class RealEngine:
+    port: int
+    handle: Any
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine]:
+    from deployments import supervisor as sv
+    from deployments.demo_model import make_tiny_llama
+    from deployments.engines import LaunchSpec, get_adapter
+    from deployments.engines.probes import wait_ready
+
+    root = tmp_path_factory.mktemp("playground-engine")
+    model = make_tiny_llama(root / "tiny-llama")
+    (root / "hf-home" / "hub").mkdir(parents=True)
+    spec = LaunchSpec(
+        deployment_id="playground-test",
+        model=str(model),
+        port=sv.find_free_port(),
+        device="cpu",
+        extra_env=(("HF_HOME", str(root / "hf-home")),),
+    )
+    command = get_adapter("transformers").build(spec)
+    handle = sv.spawn(command.argv, command.env, root / "engine.log")
+    try:
+        ready = wait_ready(
+            command.base_url, command.probe, 60.0, lambda: sv.handle_alive(handle), poll_s=0.2
+        )
+        assert ready.ready, f"{ready}\n{sv.tail(handle.log_path)}"
+        yield RealEngine(spec.port, handle)
+    finally:
+        sv.stop(handle, grace_s=10.0)
