@@ -47,6 +47,13 @@ def human_params(count: int | None) -> str:
     return str(count)
 
 
+def human_count(count: int) -> str:
+    for unit, size in (("M", 10**6), ("k", 10**3)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return str(count)
+
+
 def human_bytes(size: int | None) -> str:
     if not size:
         return "—"
@@ -65,8 +72,8 @@ class CatalogCard:
     quantization: str | None
     gated: bool
     license: str | None
-    downloads: int | None
-    likes: int | None
+    downloads: str | None
+    likes: str | None
     last_modified: datetime | None
     error: str | None = None
 
@@ -81,8 +88,8 @@ def hub_card(summary: ModelSummary) -> CatalogCard:
         quantization=summary.quantization,
         gated=summary.gated,
         license=summary.license,
-        downloads=summary.downloads,
-        likes=summary.likes,
+        downloads=human_count(summary.downloads),
+        likes=human_count(summary.likes),
         last_modified=summary.last_modified,
     )
 

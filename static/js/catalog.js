@@ -82,28 +82,32 @@
       return;
     }
     const c = plan.chart;
+    const xs = c.labels.map((_, i) => i);
     const traces = c.parts.map((part, i) => ({
       type: "bar",
       name: part.name,
-      x: c.labels,
+      x: xs,
       y: part.gib,
+      width: 0.7,
       marker: { color: COLORS[i % COLORS.length] },
       hovertemplate: "%{y:.2f} GiB<extra>" + part.name + "</extra>",
     }));
-    const marker = (name, y, color, dash) => ({
+    // Capacity and budget as a line across each GPU's bar (numeric x: bars sit at 0..n-1).
+    const level = (name, values, color, dash) => ({
       type: "scatter",
-      mode: "markers",
+      mode: "lines",
       name: name,
-      x: c.labels,
-      y: y,
-      marker: { symbol: "line-ew-open", size: 60, line: { width: 3, color: color } },
+      x: xs.flatMap((i) => [i - 0.42, i + 0.42, null]),
+      y: values.flatMap((v) => [v, v, null]),
+      line: { color: color, width: 2, dash: dash },
       hovertemplate: "%{y:.2f} GiB<extra>" + name + "</extra>",
     });
-    traces.push(marker("GPU capacity", c.capacity_gib, "#111827"));
-    traces.push(marker("vLLM budget", c.budget_gib, "#dc2626"));
+    traces.push(level("GPU capacity", c.capacity_gib, "#111827", "solid"));
+    traces.push(level("vLLM budget", c.budget_gib, "#dc2626", "dash"));
     const layout = {
       barmode: "stack",
       margin: { l: 50, r: 10, t: 10, b: 40 },
+      xaxis: { tickvals: xs, ticktext: c.labels, range: [-0.6, xs.length - 0.4] },
       yaxis: { title: { text: "GiB" }, rangemode: "tozero" },
       legend: { orientation: "h", y: -0.15 },
       datarevision: Date.now(),
