@@ -234,4 +234,9 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float = 10, interval_s: fl
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Browser tests last: Playwright's sync API leaves an event loop on the main thread,
     which would stop pytest-asyncio from running the async tests after it."""
-    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+    items.sort(key=_uses_browser)
+
+
+def _uses_browser(item: pytest.Item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    return item.get_closest_marker("browser") is not None or bool(names & {"page", "chromium"})
