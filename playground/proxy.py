@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import httpx
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
 from controlpanel.audit import client_ip
@@ -32,6 +34,7 @@ from playground.services import Outcome
 from playground.upstream import Target, UpstreamError, open_response, transport_error
 
 PLAYGROUND_HEADER = "X-Shardboard-Playground"
+T = TypeVar("T")
 
 
 def stream_max_s() -> float:
@@ -96,7 +99,7 @@ def _audit_refusal(caller: Caller, request: HttpRequest, exc: AccessError) -> No
 async def gateway(request: HttpRequest, kind: Kind) -> HttpResponse:
     started_s = time.perf_counter()
     try:
-        exchange = await sync_to_async(_admit)(request, kind, started_s)
+        exchange = await _in_thread(_admit, request, kind, started_s)
     except AccessError as exc:
         return error_response(exc.status, exc.kind, exc.message)
     slot = await limits.slot_acquire(
@@ -247,7 +250,19 @@ def _with_meter(outcome: Outcome, meter: sse.StreamMeter) -> Outcome:
 
 
 async def _finish(exchange: Exchange, outcome: Outcome) -> int | None:
-    return await sync_to_async(_record)(exchange, outcome)
+    return await _in_thread(_record, exchange, outcome)
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Database work off the shared thread-sensitive thread, so that concurrent streams do not
+    queue behind each other's audit writes; stale connections of pool threads are dropped the
+    way Django drops them between requests."""
+
+    def run() -> T:
+        close_old_connections()
+        return fn(*args)
+
+    return await sync_to_async(run, thread_sensitive=False)()
 
 
 def _record(exchange: Exchange, outcome: Outcome) -> int | None:
