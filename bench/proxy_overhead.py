@@ -96,6 +96,7 @@ def start_upstream(port: int, tokens: int, interval_ms: float) -> subprocess.Pop
 def start_server(kind: str, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
     if kind == "daphne":
         cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        cmd += ["--access-log", os.devnull]
     else:
         cmd = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
         cmd += ["--log-level", "warning", "--no-access-log"]
