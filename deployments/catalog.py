@@ -7,18 +7,16 @@ to lie inside its root before it is opened, and `..` or absolute paths are refus
 from __future__ import annotations
 
 import json
-import math
 import os
-import struct
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
+from deployments import modelfiles
 from deployments.hub import parse
 
-_MAX_HEADER_BYTES = 100 * 1024 * 1024
 _MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
@@ -127,21 +125,12 @@ def read_config(folder: Path, root: Path) -> dict[str, Any]:
 
 def _safetensors_parameters(path: Path) -> Counter[str]:
     try:
-        return _read_safetensors_header(path)
-    except (OSError, struct.error, ValueError, KeyError, TypeError) as exc:
+        header = modelfiles.read_header(path)
+    except modelfiles.ModelFilesError as exc:
         raise LocalModelError(f"{path.name}: unreadable safetensors header ({exc}).") from exc
-
-
-def _read_safetensors_header(path: Path) -> Counter[str]:
-    with path.open("rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        if size > _MAX_HEADER_BYTES:
-            raise LocalModelError(f"{path.name}: safetensors header too large.")
-        header = json.loads(f.read(size))
     counts: Counter[str] = Counter()
-    for name, tensor in header.items():
-        if name != "__metadata__":
-            counts[tensor["dtype"]] += math.prod(tensor["shape"])
+    for _, dtype, elements in modelfiles.tensor_entries(header):
+        counts[dtype] += elements
     return counts
 
 

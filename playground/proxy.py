@@ -38,7 +38,7 @@ T = TypeVar("T")
 
 
 def stream_max_s() -> float:
-    return float(getattr(settings, "PLAYGROUND_STREAM_MAX_S", 900.0))
+    return settings.PLAYGROUND_STREAM_MAX_S
 
 
 def error_response(status: int, kind: str, message: str) -> JsonResponse:

@@ -19,11 +19,11 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient
 
 
 def read_timeout_s() -> float:
-    return float(getattr(settings, "PLAYGROUND_READ_TIMEOUT_S", 120.0))
+    return settings.PLAYGROUND_READ_TIMEOUT_S
 
 
 def connect_timeout_s() -> float:
-    return float(getattr(settings, "PLAYGROUND_CONNECT_TIMEOUT_S", 3.0))
+    return settings.PLAYGROUND_CONNECT_TIMEOUT_S
 
 
 def shared_client() -> httpx.AsyncClient:

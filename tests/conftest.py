@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
+from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -89,6 +91,9 @@ def _start_daphne(port: int = 0) -> Any:
     # The server is forked after pytest-django switched settings to the test database, so
     # it needs no database set-up of its own (channels' helper would prefix the name again).
     connections.close_all()
+    # Async tests leave asgiref's single sync thread running here; a forked child would inherit
+    # the executor without its thread and every database_sync_to_async call would hang.
+    SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
     proc = DaphneProcess("127.0.0.1", partial(_make_application), port=port)
     proc.start()
     if not proc.ready.wait(timeout=20):

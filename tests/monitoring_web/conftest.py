@@ -5,7 +5,6 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -77,14 +76,3 @@ def fill_history(host: str, backend: SimulatedBackend, seconds: int = 10) -> lis
         store.append(host, sample)
         samples.append(sample)
     return samples
-
-
-@pytest.fixture(autouse=True)
-def fork_safe_asgiref() -> Iterator[None]:
-    """The async tests leave asgiref's single sync thread running in this process; a daphne
-    forked afterwards (tests.conftest.asgi_server) would inherit that executor without its
-    thread and every database_sync_to_async call in it would hang. Give each test a fresh one."""
-    from asgiref.sync import SyncToAsync
-
-    SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-    yield
