@@ -140,7 +140,7 @@ class HubClient:
             page_size,
         )
         tok = self._tok(token)
-        cache_key = key("search", token_scope(tok), to_data(q))
+        cache_key = key("search", token_scope(tok), self.endpoint, to_data(q))
         data, freshness = self._through_cache(
             cache_key,
             self._policy.search_fresh_s,
@@ -154,7 +154,7 @@ class HubClient:
         self, repo_id: str, revision: str | None = None, *, token: str | None = None
     ) -> ModelCard:
         tok = self._tok(token)
-        cache_key = key("info", token_scope(tok), repo_id, revision or "main")
+        cache_key = key("info", token_scope(tok), self.endpoint, repo_id, revision or "main")
         data, freshness = self._through_cache(
             cache_key,
             self._policy.info_fresh_s,
@@ -216,7 +216,7 @@ class HubClient:
     ) -> str | None:
         if revision is not None and _SHA.fullmatch(revision):
             return revision
-        cache_key = key("info", token_scope(token), repo_id, revision or "main")
+        cache_key = key("info", token_scope(token), self.endpoint, repo_id, revision or "main")
         entry = Entry.from_value(self._cache.get(cache_key))
         if entry is None:
             return None

@@ -146,3 +146,20 @@ def test_client_from_settings(stub: HubStub) -> None:
         settings, cache=MemoryTtlStore(), config_store=MemoryConfigStore()
     )
     assert client.config("meta-llama/Llama-3.1-8B-Instruct")["model_type"] == "llama"
+
+
+def test_cache_entries_are_per_endpoint(stub: HubStub, cache: MemoryTtlStore) -> None:
+    """Pointing HF_ENDPOINT at another Hub (a mirror, an internal hub) must not serve the first
+    Hub's cached answers."""
+    other = HubStub(tokens={}, page_cap=4).start()
+    try:
+        HubClient(endpoint=stub.url, cache=cache).search("qwen", sort="likes")
+        calls = other.count()
+        HubClient(endpoint=other.url, cache=cache).search("qwen", sort="likes")
+        assert other.count() == calls + 1
+        HubClient(endpoint=stub.url, cache=cache).model_info(PHI)
+        calls = other.count()
+        HubClient(endpoint=other.url, cache=cache).model_info(PHI)
+        assert other.count() > calls
+    finally:
+        other.stop()
