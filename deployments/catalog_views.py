@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
+from deployments import catalog_commands as commands
 from deployments import catalog_selectors as sel
 from deployments import planning
 from deployments.hub import HubError, HubGatedError, HubUnavailableError
@@ -178,7 +179,7 @@ def _detail(
     plan, _ = sel.plan_panel(source, spec, target, request_)
     context.update(arch=sel.architecture_rows(spec), plan=plan, hosts=hosts, target=target)
     context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=sel.DEFAULT_WHATIF)
-    context.update(max_len=spec.derived_max_model_len, commands=sel.command_blocks(plan))
+    context.update(max_len=spec.derived_max_model_len, commands=commands.command_blocks(plan))
     context.update(default_name=sel.default_name(source))
     return render(request, "catalog/detail.html", context, status=status)
 
