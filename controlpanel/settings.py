@@ -155,6 +155,9 @@ PLAYGROUND_MAX_CONCURRENT = env.env_int("PLAYGROUND_MAX_CONCURRENT", 4, low=1, h
 PLAYGROUND_CONNECT_TIMEOUT_S = env.env_float("PLAYGROUND_CONNECT_TIMEOUT_S", 3, low=0.1, high=60)
 PLAYGROUND_READ_TIMEOUT_S = env.env_float("PLAYGROUND_READ_TIMEOUT_S", 120, low=1, high=3600)
 PLAYGROUND_STREAM_MAX_S = env.env_float("PLAYGROUND_STREAM_MAX_S", 900, low=1, high=86400)
+# How long a web process may keep answering from memory that a token is valid and a deployment
+# running: the bound within which a revocation or a stop takes effect everywhere (0 = no cache).
+PLAYGROUND_AUTH_CACHE_S = env.env_float("PLAYGROUND_AUTH_CACHE_S", 2, low=0, high=60)
 
 LOGGING = {
     "version": 1,
