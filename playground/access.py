@@ -1,15 +1,24 @@
-"""Who is calling the gateway: a personal API token, or the browser session with CSRF."""
+"""Who is calling the gateway: a personal API token, or the browser session with CSRF.
+
+The gateway may run without Django's middleware (playground.asgi): the session and its user
+are then loaded here with Django's own session store and `auth.get_user`, as
+SessionMiddleware and AuthenticationMiddleware would.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import import_module
 from typing import Any
 
+from django.conf import settings
+from django.contrib import auth
 from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
 from controlpanel.roles import Role, has_role
-from playground import tokens
+from playground import dbwork, tokens
+from playground.cache import TtlCache
 
 
 class AccessError(Exception):
@@ -24,6 +33,27 @@ class Caller:
     via: str  # "session" | "token"
 
 
+def auth_cache_s() -> float:
+    return settings.PLAYGROUND_AUTH_CACHE_S
+
+
+# token hash → an operator's Caller; only callers that passed every check are kept.
+token_callers: TtlCache[str, Caller] = TtlCache(ttl_s=auth_cache_s)
+
+
+async def authenticate_async(request: HttpRequest) -> Caller:
+    """`authenticate`, answered from memory for a bearer token seen in the last few seconds."""
+    credential = bearer_credential(request)
+    if credential is None:
+        return await dbwork.in_thread(authenticate, request)
+    key = tokens.token_hash(credential)
+    caller = token_callers.get(key)
+    if caller is None:
+        caller = await dbwork.in_thread(authenticate, request)
+        token_callers.put(key, caller)
+    return caller
+
+
 def authenticate(request: HttpRequest) -> Caller:
     """The calling operator; raises AccessError (401 unknown caller, 403 too low a role)."""
     caller = _caller(request)
@@ -32,14 +62,19 @@ def authenticate(request: HttpRequest) -> Caller:
     return caller
 
 
-def _caller(request: HttpRequest) -> Caller:
+def bearer_credential(request: HttpRequest) -> str | None:
     scheme, _, credential = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        user = tokens.token_user(credential.strip())
+    return credential.strip() if scheme.lower() == "bearer" else None
+
+
+def _caller(request: HttpRequest) -> Caller:
+    credential = bearer_credential(request)
+    if credential is not None:
+        user = tokens.token_user(credential)
         if user is None:
             raise AccessError(401, "invalid_api_key", "invalid or revoked API token")
         return Caller(user, "token")
-    user = request.user
+    user = session_user(request)
     if not user.is_authenticated:
         raise AccessError(
             401, "unauthenticated", "log in, or send 'Authorization: Bearer <your sb- token>'"
@@ -49,6 +84,16 @@ def _caller(request: HttpRequest) -> Caller:
     return Caller(user, "session")
 
 
+def session_user(request: HttpRequest) -> Any:
+    """request.user, loaded the way Django's session and auth middlewares load it if absent."""
+    if not hasattr(request, "user"):
+        if not hasattr(request, "session"):
+            store = import_module(settings.SESSION_ENGINE).SessionStore
+            request.session = store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
+        request.user = auth.get_user(request)
+    return request.user
+
+
 def _csrf_probe(request: HttpRequest) -> HttpResponse:  # pragma: no cover - never called
     raise AssertionError("only used as a CSRF-protected callback")
 
@@ -56,4 +101,5 @@ def _csrf_probe(request: HttpRequest) -> HttpResponse:  # pragma: no cover - nev
 def csrf_passes(request: HttpRequest) -> bool:
     """The CSRF middleware's own check, for views that also accept tokens (csrf_exempt)."""
     check = CsrfViewMiddleware(_csrf_probe)
+    check.process_request(request)
     return check.process_view(request, _csrf_probe, (), {}) is None

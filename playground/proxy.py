@@ -1,40 +1,29 @@
-"""The gateway: authenticate, resolve the deployment, hold a slot, relay the engine's answer.
+"""The gateway: admit the request, hold a slot, relay the engine's answer, record it once.
 
 Streaming answers are relayed event by event as they arrive (no buffering); a client that goes
-away cancels the relay, which closes the engine request. Every request ends in one audit row.
+away cancels the relay, which closes the engine request. Every request ends in one audit row,
+written after the answer (never in front of the first token) and never twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
 
 import httpx
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
-from controlpanel.audit import client_ip
-from playground import limits, selectors, services, sse
-from playground.access import AccessError, Caller, authenticate
-from playground.payload import (
-    GatewayCall,
-    Kind,
-    LengthCap,
-    PayloadError,
-    cap_length,
-    engine_body,
-    parse_call,
-)
+from playground import limits, sse
+from playground.access import AccessError
+from playground.admission import PLAYGROUND_HEADER, Exchange, admit
+from playground.payload import Kind, engine_body
+from playground.recording import Recorder
 from playground.services import Outcome
 from playground.upstream import Target, UpstreamError, open_response, transport_error
 
-PLAYGROUND_HEADER = "X-Shardboard-Playground"
-T = TypeVar("T")
+__all__ = ["PLAYGROUND_HEADER", "error_response", "gateway"]
 
 
 def stream_max_s() -> float:
@@ -50,80 +39,41 @@ def error_response(status: int, kind: str, message: str) -> JsonResponse:
     return response
 
 
-@dataclass(slots=True)
-class Exchange:
-    """One gateway request on its way through."""
-
-    caller: Caller
-    call: GatewayCall
-    target: Target
-    length: LengthCap
-    from_playground: bool
-    ip: str | None
-    started_s: float
-
-
-def _admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
-    """Everything that needs the database before the engine is called, in one thread hop."""
-    caller = authenticate(request)
-    try:
-        call, length = _capped_call(request.body, kind)
-        target = selectors.gateway_target(user=caller.user, name=call.model)
-    except AccessError as exc:
-        _audit_refusal(caller, request, exc)
-        raise
-    from_playground = request.headers.get(PLAYGROUND_HEADER) == "1"
-    return Exchange(caller, call, target, length, from_playground, client_ip(request), started_s)
-
-
-def _capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
-    try:
-        call = parse_call(raw, kind)
-        body, length = cap_length(call, settings.PLAYGROUND_MAX_TOKENS)
-    except PayloadError as exc:
-        raise AccessError(400, "invalid_request_error", str(exc)) from exc
-    return GatewayCall(call.kind, call.model, call.stream, call.wants_usage, body), length
-
-
-def _audit_refusal(caller: Caller, request: HttpRequest, exc: AccessError) -> None:
-    services.gateway_audit(
-        user=caller.user,
-        via=caller.via,
-        call=None,
-        deployment=None,
-        outcome=Outcome(exc.kind, exc.status, error=exc.message),
-        ip=client_ip(request),
-    )
-
-
 async def gateway(request: HttpRequest, kind: Kind) -> HttpResponse:
     started_s = time.perf_counter()
     try:
-        exchange = await _in_thread(_admit, request, kind, started_s)
+        exchange = await admit(request, kind, started_s)
     except AccessError as exc:
         return error_response(exc.status, exc.kind, exc.message)
     slot = await limits.slot_acquire(
         exchange.caller.user.pk, limit=settings.PLAYGROUND_MAX_CONCURRENT, ttl_s=stream_max_s()
     )
+    recorder = Recorder(exchange)
     if slot is None:
-        return await _refuse_busy(exchange)
+        return await _refuse_busy(recorder)
     try:
-        return await _forward(exchange, slot)
-    except BaseException:
+        return await _forward(recorder, slot)
+    except asyncio.CancelledError:
+        recorder.record(Outcome("client_disconnected", 499))
+        await slot.release()
+        raise
+    except Exception:
+        recorder.record(Outcome("proxy_error", 500, error="the gateway failed; see the log"))
         await slot.release()
         raise
 
 
-async def _refuse_busy(exchange: Exchange) -> HttpResponse:
+async def _refuse_busy(recorder: Recorder) -> HttpResponse:
     limit = settings.PLAYGROUND_MAX_CONCURRENT
     message = f"you already have {limit} playground requests running; wait for one to finish"
-    await _finish(exchange, Outcome("rate_limited", 429, error=message))
+    await recorder.record_and_wait(Outcome("rate_limited", 429, error=message))
     response = error_response(429, "rate_limit_exceeded", message)
     response["Retry-After"] = "1"
     return response
 
 
-async def _forward(exchange: Exchange, slot: limits.Slot) -> HttpResponse:
+async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponse:
+    exchange = recorder.exchange
     body = engine_body(
         exchange.call.body, stream=exchange.call.stream, served_model=exchange.target.served_model
     )
@@ -131,61 +81,66 @@ async def _forward(exchange: Exchange, slot: limits.Slot) -> HttpResponse:
         upstream = await open_response(exchange.target, exchange.call.path, body)
     except UpstreamError as exc:
         await slot.release()
-        await _finish(exchange, Outcome(exc.kind, exc.status, error=exc.message))
+        await recorder.record_and_wait(Outcome(exc.kind, exc.status, error=exc.message))
         return error_response(exc.status, exc.kind, exc.message)
     if not exchange.call.stream:
-        return await _whole(exchange, upstream, slot)
+        return await _whole(recorder, upstream, slot)
     response = StreamingHttpResponse(
-        relay(exchange, upstream, slot), content_type="text/event-stream; charset=utf-8"
+        relay(recorder, upstream, slot), content_type="text/event-stream; charset=utf-8"
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
 
 
-async def _whole(exchange: Exchange, upstream: httpx.Response, slot: limits.Slot) -> HttpResponse:
+async def _whole(recorder: Recorder, upstream: httpx.Response, slot: limits.Slot) -> HttpResponse:
+    exchange = recorder.exchange
     try:
         raw = await upstream.aread()
     except httpx.HTTPError as exc:
         error = transport_error(exchange.target, exc)
-        await _finish(exchange, Outcome(error.kind, error.status, error=error.message))
+        await recorder.record_and_wait(Outcome(error.kind, error.status, error=error.message))
         return error_response(error.status, error.kind, error.message)
     finally:
-        await upstream.aclose()
-        await slot.release()
+        await _stop(upstream, slot)
     meter = sse.StreamMeter(started_s=exchange.started_s)
-    payload = sse.parse_payload(raw) or {}
     now_s = time.perf_counter()
-    meter.observe(payload, now_s)
-    await _finish(exchange, Outcome("ok", 200, meter.timings(now_s), answer=meter.answer))
+    meter.observe(sse.parse_payload(raw) or {}, now_s)
+    recorder.record(Outcome("ok", 200, meter.timings(now_s), answer=meter.answer))
     return HttpResponse(raw, status=200, content_type="application/json")
 
 
 async def relay(
-    exchange: Exchange, upstream: httpx.Response, slot: limits.Slot
+    recorder: Recorder, upstream: httpx.Response, slot: limits.Slot
 ) -> AsyncIterator[bytes]:
+    exchange = recorder.exchange
     meter = sse.StreamMeter(started_s=exchange.started_s)
     splitter = sse.EventSplitter()
     error: UpstreamError | None = None
-    recorded = False
+    stopped = False
     try:
-        async for data in _chunks(upstream):
-            out = _pass_events(splitter.feed(data), meter, exchange.call.wants_usage)
-            if out:
-                yield out
-    except (httpx.HTTPError, TimeoutError) as exc:
-        error = _relay_error(exchange.target, exc)
-    except (asyncio.CancelledError, GeneratorExit):
-        recorded = True
-        await _stop(upstream, slot)
-        await _finish(exchange, _with_meter(Outcome("client_disconnected", 499), meter))
-        raise
+        try:
+            async for data in _chunks(upstream):
+                out = _pass_events(splitter.feed(data), meter, exchange.call.wants_usage)
+                if out:
+                    yield out
+        except (httpx.HTTPError, TimeoutError) as exc:
+            error = _relay_error(exchange.target, exc)
+        await _stop(upstream, slot)  # the slot is free before the client reads [DONE]
+        stopped = True
+        outcome = _with_meter(_ended(meter, error), meter)
+        run_id = None
+        if exchange.from_playground:
+            run_id = await recorder.record_and_wait(outcome)  # the page links to the run
+        else:
+            recorder.record(outcome)
+        yield _closing(exchange, outcome, error, run_id)
     finally:
-        if not recorded:
+        # Cancelled (client gone) or closed early: whatever was not recorded yet, was cut off.
+        if not recorder.done:
+            recorder.record(_with_meter(Outcome("client_disconnected", 499), meter))
+        if not stopped:
             await _stop(upstream, slot)
-    outcome = _with_meter(_ended(meter, error), meter)
-    run_id = await _finish(exchange, outcome)
-    yield _closing(exchange, outcome, error, run_id)
 
 
 async def _stop(upstream: httpx.Response, slot: limits.Slot) -> None:
@@ -247,39 +202,3 @@ def _with_meter(outcome: Outcome, meter: sse.StreamMeter) -> Outcome:
     timings = meter.timings(time.perf_counter())
     error = outcome.error or (meter.error or "")
     return Outcome(outcome.status, outcome.http_status, timings, error, meter.answer)
-
-
-async def _finish(exchange: Exchange, outcome: Outcome) -> int | None:
-    return await _in_thread(_record, exchange, outcome)
-
-
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """Database work off the shared thread-sensitive thread, so that concurrent streams do not
-    queue behind each other's audit writes; stale connections of pool threads are dropped the
-    way Django drops them between requests."""
-
-    def run() -> T:
-        close_old_connections()
-        return fn(*args)
-
-    return await sync_to_async(run, thread_sensitive=False)()
-
-
-def _record(exchange: Exchange, outcome: Outcome) -> int | None:
-    """The audit row, and the run when the playground page asked; the run's id."""
-    target = exchange.target
-    services.gateway_audit(
-        user=exchange.caller.user,
-        via=exchange.caller.via,
-        call=exchange.call,
-        deployment=(target.deployment_id, target.name),
-        outcome=outcome,
-        length=exchange.length,
-        ip=exchange.ip,
-    )
-    if not exchange.from_playground:
-        return None
-    run = services.run_record(
-        user=exchange.caller.user, deployment_name=target.name, call=exchange.call, outcome=outcome
-    )
-    return run.pk

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from controlpanel.audit import audit_record
 from playground import tokens
+from playground.access import token_callers
 from playground.models import ApiToken, Mode, PlaygroundRun
 from playground.payload import GatewayCall, LengthCap, prompt_of
 
@@ -44,10 +45,13 @@ def token_create(
 
 @transaction.atomic
 def token_revoke(*, user: Any, token_id: int, request: HttpRequest | None = None) -> bool:
-    changed = ApiToken.objects.filter(pk=token_id, user=user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
-    )
+    """Revoked at once in this process; other web processes stop accepting it within
+    PLAYGROUND_AUTH_CACHE_S (their in-memory copy expires)."""
+    active = ApiToken.objects.filter(pk=token_id, user=user, revoked_at__isnull=True)
+    digest = active.values_list("token_hash", flat=True).first()
+    changed = active.update(revoked_at=timezone.now())
     if changed:
+        transaction.on_commit(lambda: token_callers.forget(str(digest)))
         audit_record(
             actor=user,
             action="playground.apitoken.revoke",

@@ -1,0 +1,82 @@
+"""Admission to the gateway: who calls, what they ask, which engine answers.
+
+On the hot path (a bearer token and a running deployment seen in the last
+PLAYGROUND_AUTH_CACHE_S) this touches neither the database nor a thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from django.conf import settings
+from django.http import HttpRequest
+
+from controlpanel.audit import client_ip
+from playground import dbwork, selectors, services
+from playground.access import AccessError, Caller, auth_cache_s, authenticate_async
+from playground.cache import TtlCache
+from playground.payload import GatewayCall, Kind, LengthCap, PayloadError, cap_length, parse_call
+from playground.services import Outcome
+from playground.upstream import Target
+
+PLAYGROUND_HEADER = "X-Shardboard-Playground"
+
+# deployment name → its engine, while running. Every operator may use every running
+# deployment (selectors.deployments_usable), so the caller is not part of the key.
+targets: TtlCache[str, Target] = TtlCache(ttl_s=auth_cache_s)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One gateway request on its way through."""
+
+    caller: Caller
+    call: GatewayCall
+    target: Target
+    length: LengthCap
+    from_playground: bool
+    ip: str | None
+    started_s: float
+
+
+async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
+    """The admitted request; raises AccessError (refusals after authentication are audited)."""
+    caller = await authenticate_async(request)
+    try:
+        call, length = capped_call(request.body, kind)
+        target = await target_for(caller, call.model)
+    except AccessError as exc:
+        await dbwork.wait(dbwork.submit(_audit_refusal, caller, exc, client_ip(request)))
+        raise
+    from_playground = request.headers.get(PLAYGROUND_HEADER) == "1"
+    return Exchange(caller, call, target, length, from_playground, client_ip(request), started_s)
+
+
+def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
+    try:
+        call = parse_call(raw, kind)
+        body, length = cap_length(call, settings.PLAYGROUND_MAX_TOKENS)
+    except PayloadError as exc:
+        raise AccessError(400, "invalid_request_error", str(exc)) from exc
+    return GatewayCall(call.kind, call.model, call.stream, call.wants_usage, body), length
+
+
+async def target_for(caller: Caller, name: str) -> Target:
+    target = targets.get(name)
+    if target is None:
+        lookup = partial(selectors.gateway_target, user=caller.user, name=name)
+        target = await dbwork.in_thread(lookup)
+        targets.put(name, target)
+    return target
+
+
+def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> None:
+    services.gateway_audit(
+        user=caller.user,
+        via=caller.via,
+        call=None,
+        deployment=None,
+        outcome=Outcome(exc.kind, exc.status, error=exc.message),
+        ip=ip,
+    )

@@ -1,0 +1,56 @@
+"""The one audit row (and, for the playground page, the run) of each gateway request."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import TYPE_CHECKING
+
+from playground import dbwork, services
+from playground.services import Outcome
+
+if TYPE_CHECKING:
+    from playground.admission import Exchange
+
+
+class Recorder:
+    """Records one request exactly once, whichever way it ends (done, failed, hung up).
+
+    The write is handed to the database pool at once and finishes even if the request is
+    cancelled meanwhile; only the playground page waits for it (it shows the run's id).
+    """
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+        self._future: concurrent.futures.Future[int | None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._future is not None
+
+    def record(self, outcome: Outcome) -> concurrent.futures.Future[int | None]:
+        if self._future is None:
+            self._future = dbwork.submit(record_now, self.exchange, outcome)
+        return self._future
+
+    async def record_and_wait(self, outcome: Outcome) -> int | None:
+        return await dbwork.wait(self.record(outcome))
+
+
+def record_now(exchange: Exchange, outcome: Outcome) -> int | None:
+    """The audit row, and the run when the playground page asked; the run's id."""
+    target = exchange.target
+    services.gateway_audit(
+        user=exchange.caller.user,
+        via=exchange.caller.via,
+        call=exchange.call,
+        deployment=(target.deployment_id, target.name),
+        outcome=outcome,
+        length=exchange.length,
+        ip=exchange.ip,
+    )
+    if not exchange.from_playground:
+        return None
+    run = services.run_record(
+        user=exchange.caller.user, deployment_name=target.name, call=exchange.call, outcome=outcome
+    )
+    return run.pk

@@ -1,0 +1,150 @@
+"""What the gateway keeps in memory, and how soon a change reaches it (PLAYGROUND_AUTH_CACHE_S).
+
+Changes are made here, in the test process; the server is another process, so only the age
+bound of its cache can make it notice, except where the change goes through the server itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth.models import Group
+
+from deployments.models import Deployment
+from playground import services
+from playground.cache import TtlCache
+from tests.playground.conftest import session_for
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+BOUND_S = 2.0  # the default PLAYGROUND_AUTH_CACHE_S, the bound the README states
+SLACK_S = 1.0  # a loaded 2-core machine
+
+
+def _status_after_change(url: str, headers: dict[str, str], change: Callable[[], None]) -> Any:
+    """(status codes seen, seconds from the change until the first refusal)."""
+    assert httpx.post(url, json=CHAT, headers=headers).status_code == 200  # now in the cache
+    change()
+    changed_s = time.monotonic()
+    while time.monotonic() - changed_s < BOUND_S + SLACK_S:
+        r = httpx.post(url, json=CHAT, headers=headers)
+        if r.status_code != 200:
+            return r, time.monotonic() - changed_s
+        time.sleep(0.05)
+    raise AssertionError(f"still accepted {BOUND_S + SLACK_S} s after the change")
+
+
+def _revoke(user: Any, token_id: int) -> Callable[[], None]:
+    return lambda: services.token_revoke(user=user, token_id=token_id)
+
+
+def test_a_revoked_token_stops_working_within_the_bound(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    make_deployment("tiny", stub.port)
+    token, raw = services.token_create(user=operator, name="ci")
+    headers = {"Authorization": f"Bearer {raw}"}
+    url = f"{server.url}/v1/chat/completions"
+    r, after_s = _status_after_change(url, headers, _revoke(operator, token.pk))
+    assert r.status_code == 401 and "revoked" in r.json()["error"]["message"]
+    assert after_s <= BOUND_S + SLACK_S
+
+
+@pytest.mark.parametrize("change", ["deactivated", "demoted"])
+def test_a_user_who_loses_access_is_refused_within_the_bound(
+    server: Any, stub: Any, make_deployment: Any, operator: Any, change: str
+) -> None:
+    make_deployment("tiny", stub.port)
+    _, raw = services.token_create(user=operator, name="ci")
+
+    def apply() -> None:
+        if change == "deactivated":
+            operator.is_active = False
+            operator.save(update_fields=["is_active"])
+        else:
+            operator.groups.set([Group.objects.get_or_create(name="viewer")[0]])
+
+    r, _ = _status_after_change(
+        f"{server.url}/v1/chat/completions", {"Authorization": f"Bearer {raw}"}, apply
+    )
+    assert r.status_code == (401 if change == "deactivated" else 403)
+
+
+def test_a_stopped_deployment_is_refused_within_the_bound(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    deployment = make_deployment("tiny", stub.port)
+    _, raw = services.token_create(user=operator, name="ci")
+
+    def stop() -> None:
+        Deployment.objects.filter(pk=deployment.pk).update(status="stopped")
+
+    r, _ = _status_after_change(
+        f"{server.url}/v1/chat/completions", {"Authorization": f"Bearer {raw}"}, stop
+    )
+    assert r.status_code == 409 and "stopped" in r.json()["error"]["message"]
+
+
+def test_revoking_on_the_page_takes_effect_at_once_in_that_server(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    make_deployment("tiny", stub.port)
+    token, raw = services.token_create(user=operator, name="ci")
+    bearer = {"Authorization": f"Bearer {raw}"}
+    url = f"{server.url}/v1/chat/completions"
+    assert httpx.post(url, json=CHAT, headers=bearer).status_code == 200
+    cookies, csrf = session_for(operator)
+    revoked = httpx.post(
+        f"{server.url}/playground/tokens/{token.pk}/revoke/", cookies=cookies, headers=csrf
+    )
+    assert revoked.status_code == 200, revoked.text
+    assert httpx.post(url, json=CHAT, headers=bearer).status_code == 401
+
+
+def test_a_new_token_and_a_newly_running_deployment_work_at_once(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    url = f"{server.url}/v1/chat/completions"
+    _, raw = services.token_create(user=operator, name="first")
+    bearer = {"Authorization": f"Bearer {raw}"}
+    assert httpx.post(url, json=CHAT, headers=bearer).status_code == 404  # refusals not kept
+    make_deployment("tiny", stub.port)
+    assert httpx.post(url, json=CHAT, headers=bearer).status_code == 200
+    _, fresh = services.token_create(user=operator, name="second")
+    assert httpx.post(url, json=CHAT, headers={"Authorization": f"Bearer {fresh}"}).is_success
+
+
+# --- the cache itself (pure) ------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.mark.parametrize(
+    ("ttl_s", "age_s", "kept"),
+    [(2.0, 0.0, True), (2.0, 1.99, True), (2.0, 2.0, False), (2.0, 60.0, False), (0.0, 0.0, False)],
+)
+def test_entries_live_at_most_ttl(ttl_s: float, age_s: float, kept: bool) -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: ttl_s, clock=clock)
+    cache.put("k", 1)
+    clock.now_s += age_s
+    assert (cache.get("k") == 1) is kept
+
+
+def test_the_cache_stays_bounded_and_forgets_on_request() -> None:
+    clock = Clock()
+    cache: TtlCache[int, int] = TtlCache(ttl_s=lambda: 2.0, max_entries=3, clock=clock)
+    for key in range(10):
+        cache.put(key, key)
+    assert [cache.get(k) for k in range(10)] == [None] * 7 + [7, 8, 9]
+    cache.forget(8)
+    assert cache.get(8) is None and cache.get(9) == 9
