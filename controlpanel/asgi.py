@@ -22,10 +22,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
 from controlpanel.routing import websocket_urlpatterns
+from playground.asgi import with_gateway
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # /v1/ (the OpenAI-compatible gateway) skips the synchronous middleware stack.
+        "http": with_gateway(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),
