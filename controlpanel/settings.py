@@ -84,7 +84,13 @@ CACHES = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "shardboard.asgi", "capacity": 500},
+        "CONFIG": {
+            # channels_redis blocks 5 s in BZPOPMIN; redis-py 8's default 5 s socket timeout would
+            # end that read first and kill every idle consumer, so the read timeout is longer.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}],
+            "prefix": "shardboard.asgi",
+            "capacity": 500,
+        },
     }
 }
 

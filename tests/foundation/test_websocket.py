@@ -56,3 +56,21 @@ async def test_foreign_origin_is_refused(viewer) -> None:
     comm = WebsocketCommunicator(application, "/ws/events/", headers=headers)
     connected, _ = await comm.connect(timeout=5)
     assert not connected
+
+
+async def test_idle_socket_outlives_the_layers_blocking_pop(viewer) -> None:
+    """channels_redis waits for messages with BZPOPMIN for 5 s; redis-py 8's default 5 s socket
+    timeout used to end that read first, killing every idle consumer with a traceback."""
+    cookie = await _session_cookie(viewer)
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://127.0.0.1")]
+    comm = WebsocketCommunicator(application, "/ws/events/", headers=headers)
+    connected, _ = await comm.connect(timeout=5)
+    assert connected
+    assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
+    layer = get_channel_layer()
+    assert await comm.receive_nothing(timeout=layer.brpop_timeout + 2.5)  # idle, and alive
+    await layer.group_send(
+        user_group(viewer.pk), {"type": "event.push", "event": {"type": "late", "n": 2}}
+    )
+    assert await comm.receive_json_from(timeout=5) == {"type": "late", "n": 2}
+    await comm.disconnect()
