@@ -56,7 +56,16 @@ def human_count(count: int) -> str:
 def human_bytes(size: int | None) -> str:
     if not size:
         return "—"
-    return f"{size / GIB:.1f} GiB" if size >= GIB else f"{size / (1 << 20):.0f} MiB"
+    if size >= GIB:
+        return f"{size / GIB:.1f} GiB"
+    if size >= 1 << 20:
+        return f"{size / (1 << 20):.0f} MiB"
+    return f"{size / 1024:.0f} KiB"
+
+
+def concurrency_text(value: float) -> str:
+    """Sequences of the full context at once: whole numbers once they are large."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +276,8 @@ def _alternative(p: planning.Plan, chosen: bool) -> dict[str, Any]:
         "warnings": list(p.warnings),
         "kv_cache_tokens": p.kv_cache_tokens,
         "max_concurrency": p.max_concurrency,
+        "kv_cache_tokens_text": f"{p.kv_cache_tokens:,}",
+        "max_concurrency_text": concurrency_text(p.max_concurrency),
     }
 
 
@@ -287,6 +298,7 @@ def _plan_view(
     }
     details["launch"] = launch_fields(p, source, target, req)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
+    details["max_concurrency_text"] = concurrency_text(p.max_concurrency)
     return details
 
 

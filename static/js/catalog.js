@@ -130,8 +130,8 @@
       row.className = a.chosen ? "chosen" : a.fits ? "" : "rejected";
       cell(row, a.tensor_parallel_size + " × " + a.pipeline_parallel_size);
       cell(row, a.replicas).className = "num";
-      cell(row, a.kv_cache_tokens).className = "num";
-      cell(row, a.max_concurrency).className = "num";
+      cell(row, a.kv_cache_tokens_text).className = "num";
+      cell(row, a.max_concurrency_text).className = "num";
       const verdict = a.chosen ? "chosen" : a.fits ? "fits, ranked lower" : "rejected: " + a.reasons.join(" ");
       const td = cell(row, verdict);
       for (const w of a.warnings) {
@@ -179,7 +179,7 @@
     }
     const kv = text("kv-tokens", plan ? plan.kv_cache_tokens.toLocaleString("en-US") : "—");
     kv.dataset.value = plan ? plan.kv_cache_tokens : 0;
-    text("max-concurrency", plan ? plan.max_concurrency + "×" : "—");
+    text("max-concurrency", plan ? plan.max_concurrency_text + "×" : "—");
     const replicas = plan ? plan.replicas + (plan.replicas === 1 ? " replica" : " replicas") : "";
     text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
     text("plan-context", plan ? plan.max_model_len + " tokens" : "—");
