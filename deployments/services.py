@@ -63,7 +63,9 @@ def choose_plan(
         raise DeploymentError(str(exc)) from exc
     only = set(request.gpu_indices) if request.gpu_indices else None
     inventory = host_inventory(host, only_indices=only)
-    plan_request = replace(request.plan_request, model=source.engine_model)
+    plan_request = replace(
+        request.plan_request, model=source.engine_model, revision=source.revision
+    )
     try:
         result = planning.plan(spec, inventory, plan_request)
     except planning.PlanningError as exc:
@@ -132,7 +134,9 @@ def deployment_create(
     engine = _engine_for(request, host, source)
     plan, _ = choose_plan(source, host, request)
     overrides = {
-        k: v for k, v in asdict(request.plan_request).items() if v is not None and k != "model"
+        k: v
+        for k, v in asdict(request.plan_request).items()
+        if v is not None and k not in ("model", "revision")  # both are columns of the row
     }
     return _create(user, name, host, source, engine, plan, overrides, http_request)
 

@@ -45,9 +45,14 @@ def wait_ready(
     is_alive_fn: Callable[[], bool],
     poll_s: float = 0.5,
 ) -> ReadyResult:
-    """Poll until the engine answers; refused connections mean it is still loading."""
+    """Poll until the engine answers; refused connections mean it is still loading.
+
+    The interval grows from 50 ms to `poll_s`: a small model is up within a second, and a
+    fixed half-second poll would add up to half a second to every launch.
+    """
     start = time.monotonic()
     last = "no answer yet"
+    delay_s = min(0.05, poll_s)
     with httpx.Client(base_url=base_url, timeout=httpx.Timeout(5.0)) as client:
         while True:
             elapsed_s = time.monotonic() - start
@@ -60,7 +65,8 @@ def wait_ready(
                 return ReadyResult(
                     "timeout", f"not ready after {timeout_s:.0f} s ({last})", elapsed_s
                 )
-            time.sleep(min(poll_s, max(0.0, timeout_s - elapsed_s)))
+            time.sleep(min(delay_s, max(0.0, timeout_s - elapsed_s)))
+            delay_s = min(poll_s, delay_s * 2)
 
 
 def _probe_once(client: httpx.Client, probe: ReadinessProbe) -> tuple[ReadyOutcome | None, str]:

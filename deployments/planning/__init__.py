@@ -12,10 +12,10 @@ Public API::
     Host(name, gpus: tuple[Gpu, ...], links: dict[tuple[int, int], str])  # "NV12", "PIX", ...
     Inventory(hosts: tuple[Host, ...], host_link: str = "NET")
     parse_gpus(spec: str, *, host="local", name="") -> Inventory   # "4x80GiB", "8x80GiB@pcie"
-    PlanRequest(model="", tensor_parallel_size=None, pipeline_parallel_size=None, dtype="auto",
-                quantization=None, kv_cache_dtype="auto", max_model_len=None, max_num_seqs=None,
-                max_num_batched_tokens=None, gpu_memory_utilization=None, block_size=None,
-                vllm_version="0.33.0", enforce_eager=False)
+    PlanRequest(model="", revision="", tensor_parallel_size=None, pipeline_parallel_size=None,
+                dtype="auto", quantization=None, kv_cache_dtype="auto", max_model_len=None,
+                max_num_seqs=None, max_num_batched_tokens=None, gpu_memory_utilization=None,
+                block_size=None, vllm_version="0.33.0", enforce_eager=False)
     plan(spec: ModelSpec, inventory: Inventory, request: PlanRequest) -> PlanResult
         PlanResult.plans: tuple[Plan, ...] (best first), PlanResult.best: Plan | None
         Plan: tensor_parallel_size, pipeline_parallel_size, replicas, fits, reasons, warnings,

@@ -10,6 +10,8 @@ def serve_argv(
 ) -> tuple[str, ...]:
     """Positional model, then the parallel sizes and every setting the plan relies on."""
     argv = ["vllm", "serve", req.model or "MODEL"]
+    if req.revision:
+        argv += ["--revision", req.revision]
     argv += ["--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp)]
     argv += ["--gpu-memory-utilization", f"{s.gpu_memory_utilization:g}"]
     argv += ["--max-model-len", str(max_model_len), "--max-num-seqs", str(s.max_num_seqs)]

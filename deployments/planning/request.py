@@ -22,6 +22,7 @@ class PlanRequest:
     """What to plan; ``None`` means vLLM's default for the target version and GPU."""
 
     model: str = ""  # the positional argument of ``vllm serve``
+    revision: str = ""  # a Hub branch, tag or commit (``--revision``); "" = the default branch
     tensor_parallel_size: int | None = None
     pipeline_parallel_size: int | None = None
     dtype: str = "auto"
