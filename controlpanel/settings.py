@@ -145,6 +145,12 @@ SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
+# Automatic restarts of an engine that died: 5 s, 10 s, 20 s ... capped, at most N in a row.
+SHARDBOARD_RESTART_BACKOFF_S = env.env_float("SHARDBOARD_RESTART_BACKOFF_S", 5, low=0.1, high=3600)
+SHARDBOARD_RESTART_BACKOFF_MAX_S = env.env_float(
+    "SHARDBOARD_RESTART_BACKOFF_MAX_S", 300, low=0.1, high=86400
+)
+SHARDBOARD_RESTART_MAX_ATTEMPTS = env.env_int("SHARDBOARD_RESTART_MAX_ATTEMPTS", 5, low=1, high=100)
 GPU_BACKEND = env.env_str("GPU_BACKEND", "auto")
 SIMULATED_GPUS = env.env_str("SIMULATED_GPUS", "4xH100-80GB@nvlink")
 SAMPLE_INTERVAL_S = env.env_float("SAMPLE_INTERVAL_S", 1.0, low=0.2, high=60)
