@@ -25,10 +25,8 @@ def command_blocks(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
 
 
 def serve_argv(p: planning.Plan, source: ModelSource) -> list[str]:
-    argv = list(p.command)
-    if source.revision:
-        argv[3:3] = ["--revision", source.revision]
-    return argv
+    """The plan's own command (the planner pins ``--revision`` when one was asked for)."""
+    return list(p.command)
 
 
 def _container_model(source: ModelSource) -> str:

@@ -76,6 +76,7 @@ class PlanForm(forms.Form):
         data = self.cleaned_data
         return planning.PlanRequest(
             model=source.engine_model,
+            revision=source.revision or "",
             tensor_parallel_size=data["tensor_parallel_size"],
             pipeline_parallel_size=data["pipeline_parallel_size"],
             dtype=data["dtype"] or "auto",
@@ -175,7 +176,7 @@ def _detail(
         return render(request, "catalog/detail.html", context, status=status)
     hosts = sel.host_choices()
     target = sel.PlanTarget(hosts[0], "") if hosts else sel.PlanTarget(None, sel.DEFAULT_WHATIF)
-    request_ = planning.PlanRequest(model=source.engine_model)
+    request_ = planning.PlanRequest(model=source.engine_model, revision=source.revision or "")
     plan, _ = sel.plan_panel(source, spec, target, request_)
     context.update(arch=sel.architecture_rows(spec), plan=plan, hosts=hosts, target=target)
     context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=sel.DEFAULT_WHATIF)

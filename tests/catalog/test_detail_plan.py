@@ -212,3 +212,15 @@ def test_plan_on_registered_host(client: Client, viewer: Any, hub: HubStub, sim_
     assert data["plan"]["gpu_labels"][0] == "rank 0 · sim-a:0"
     assert data["plan"]["launch"]["host"] == "sim-a"
     assert json.loads(json.dumps(data)) == data
+
+
+def test_revision_is_pinned_once_in_every_command(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    sha = hub.repos[QWEN].refs["main"]
+    status, data = plan(client, target="whatif", gpus="1x80GiB", revision=sha)
+    assert status == 200 and data["ok"], data
+    commands = data["plan"]["commands"]
+    assert commands["vllm"].count("--revision") == 1 and f"--revision {sha}" in commands["vllm"]
+    assert f"--revision {sha}" in commands["docker"] and sha in commands["kubernetes"]
