@@ -10,10 +10,16 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
-from deployments import selectors, services
+from deployments import memory, selectors, services
 from deployments import supervisor as sv
+from deployments.catalog_selectors import SESSION_TOKEN_KEY
 from deployments.forms import LaunchForm
 from deployments.models import Deployment
+
+
+def _session_hub_token(request: HttpRequest) -> str | None:
+    """The Hub token the user set on the Models page (kept in their session only)."""
+    return request.session.get(SESSION_TOKEN_KEY) or None
 
 
 @role_required(Role.VIEWER)
@@ -41,13 +47,22 @@ def deployment_log(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse({"status": deployment.status, "log": text})
 
 
+@role_required(Role.VIEWER)
+def deployment_memory(request: HttpRequest, pk: int) -> JsonResponse:
+    deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
+    return JsonResponse({"status": deployment.status, **memory.memory_table(deployment)})
+
+
 @role_required(Role.OPERATOR)
 def deployment_new(request: HttpRequest) -> HttpResponse:
     form = LaunchForm(request.POST or None, initial=request.GET.dict())
     if request.method == "POST" and form.is_valid():
         try:
             deployment = services.deployment_create(
-                user=request.user, request=form.launch_request(), http_request=request
+                user=request.user,
+                request=form.launch_request(),
+                http_request=request,
+                hub_token=_session_hub_token(request),
             )
         except services.DeploymentError as exc:
             messages.error(request, str(exc))
@@ -75,7 +90,10 @@ def deployment_restart(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
     try:
         new = services.deployment_restart(
-            user=request.user, deployment=deployment, http_request=request
+            user=request.user,
+            deployment=deployment,
+            http_request=request,
+            hub_token=_session_hub_token(request),
         )
     except services.DeploymentError as exc:
         messages.error(request, str(exc))

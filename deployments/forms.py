@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
+from django.conf import settings
 
 from deployments import planning
 from deployments.models import Engine
@@ -34,6 +37,20 @@ class LaunchForm(forms.Form):
         choices=[(v, v) for v in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")], initial="auto"
     )
     gpu_memory_utilization = forms.FloatField(min_value=0.05, max_value=1.0, required=False)
+    auto_restart = forms.ChoiceField(
+        choices=[("", "Server default"), ("on", "On"), ("off", "Off")],
+        required=False,
+        label="Restart the engine if it dies",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        default = "on" if settings.SHARDBOARD_AUTO_RESTART else "off"
+        self.fields["auto_restart"].choices = [
+            ("", f"Server default ({default})"),
+            ("on", "On"),
+            ("off", "Off"),
+        ]
 
     def launch_request(self) -> LaunchRequest:
         data = self.cleaned_data
@@ -53,4 +70,5 @@ class LaunchForm(forms.Form):
                 kv_cache_dtype=data["kv_cache_dtype"],
                 gpu_memory_utilization=data["gpu_memory_utilization"],
             ),
+            auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
         )

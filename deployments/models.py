@@ -25,16 +25,20 @@ class Status(models.TextChoices):
     STOPPING = "stopping", "Stopping"
     STOPPED = "stopped", "Stopped"
     FAILED = "failed", "Failed"
+    RESTARTING = "restarting", "Restarting"  # the engine died; a new one starts after a backoff
 
 
 TERMINAL = frozenset({Status.STOPPED, Status.FAILED})
-ACTIVE = frozenset({Status.PENDING, Status.STARTING, Status.RUNNING, Status.STOPPING})
+ACTIVE = frozenset(
+    {Status.PENDING, Status.STARTING, Status.RUNNING, Status.STOPPING, Status.RESTARTING}
+)
 
 # Allowed moves; `failed` is reachable from every non-terminal state.
 _NEXT: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.STARTING, Status.STOPPING, Status.FAILED}),
-    Status.STARTING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED}),
-    Status.RUNNING: frozenset({Status.STOPPING, Status.FAILED}),
+    Status.STARTING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED, Status.RESTARTING}),
+    Status.RUNNING: frozenset({Status.STOPPING, Status.FAILED, Status.RESTARTING}),
+    Status.RESTARTING: frozenset({Status.STARTING, Status.STOPPING, Status.FAILED}),
     Status.STOPPING: frozenset({Status.STOPPED, Status.FAILED}),
     Status.STOPPED: frozenset(),
     Status.FAILED: frozenset(),
@@ -62,6 +66,9 @@ class Deployment(models.Model):
     port = models.PositiveIntegerField(null=True, blank=True)
     bind_host = models.CharField(max_length=100, blank=True)
     api_key_hash = models.CharField(max_length=64, blank=True)
+    hub_token_sealed = models.TextField(
+        blank=True, help_text="the launcher's Hub token, encrypted (sealed.py); wiped at the end"
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     failure_reason = models.TextField(blank=True)
     diagnosis = models.JSONField(default=dict, blank=True)
@@ -69,7 +76,9 @@ class Deployment(models.Model):
     pgid = models.IntegerField(null=True, blank=True)
     process_started_at = models.FloatField(null=True, blank=True)
     log_path = models.CharField(max_length=500, blank=True)
-    restart_count = models.PositiveIntegerField(default=0)
+    restart_count = models.PositiveIntegerField(default=0, help_text="automatic restarts in a row")
+    auto_restart = models.BooleanField(default=False, help_text="restart the engine if it dies")
+    restart_at = models.DateTimeField(null=True, blank=True, help_text="next automatic restart")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deployments"
     )
@@ -81,7 +90,9 @@ class Deployment(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["name"],
-                condition=Q(status__in=["pending", "starting", "running", "stopping"]),
+                condition=Q(
+                    status__in=["pending", "starting", "running", "stopping", "restarting"]
+                ),
                 name="deployment_active_name_unique",
             )
         ]
@@ -112,6 +123,8 @@ class Deployment(models.Model):
         if not can_move(old, new):
             return False
         changed = {"status": new, "updated_at": timezone.now(), **fields}
+        if new in TERMINAL:
+            changed["hub_token_sealed"] = ""  # an ended deployment needs no token
         rows = Deployment.objects.filter(pk=self.pk, status=old).update(**changed)
         if rows != 1:
             return False  # another worker got there first

@@ -8,24 +8,16 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
 from controlpanel.audit import audit_record
-from deployments import diagnosis, events
+from deployments import diagnosis, events, outcomes, sealed
 from deployments import supervisor as sv
 from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.engines.probes import smoke_test, wait_ready
-from deployments.models import Deployment, Engine, GpuLease, Status
+from deployments.models import Deployment, Engine, Status
+from deployments.specs import LOCAL_PREFIX
 
 log = logging.getLogger(__name__)
-
-
-def _backend() -> Any:
-    try:
-        from monitoring.worker import current_backend
-    except ImportError:
-        return None
-    return current_backend()
 
 
 def log_dir() -> Path:
@@ -60,65 +52,59 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         else request["kv_cache_dtype"],
         multi_host=bool(plan.get("multi_host")),
         device="cpu" if simulated else "cuda",
+        hf_offline=_is_local(d),
+        hf_token=None if _is_local(d) else _hub_token(d),
     )
 
 
-def release(d: Deployment) -> None:
-    GpuLease.objects.filter(deployment=d, active=True).update(
-        active=False, released_at=timezone.now()
-    )
-    backend = _backend()
-    if backend is not None and d.pid and hasattr(backend, "detach"):
-        backend.detach(d.pid)
+def _is_local(d: Deployment) -> bool:
+    return str(d.plan.get("model_ref", "")).startswith(LOCAL_PREFIX) or d.model_id.startswith("/")
 
 
-def fail(d: Deployment, reason: str, found: diagnosis.Diagnosis | None = None) -> bool:
-    detail = (
-        {}
-        if found is None
-        else {
-            "code": found.code,
-            "title": found.title,
-            "reason": found.reason,
-            "fix": found.fix,
-            "matched_line": found.matched_line,
-            "suggested_args": [list(a) for a in found.suggested_args],
-        }
-    )
-    with transaction.atomic():
-        d.refresh_from_db()
-        moved = d.transition(Status.FAILED, reason=reason, failure_reason=reason, diagnosis=detail)
-        if moved:
-            release(d)
-    if moved:
-        events.publish(d)
-    return moved
+def _hub_token(d: Deployment) -> str | None:
+    """The launcher's own token, else this host's HF_TOKEN setting (gated or private repos)."""
+    return sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) or settings.HF_TOKEN or None
 
 
-def _move(d: Deployment, new: Status, reason: str, **fields: Any) -> bool:
-    with transaction.atomic():
-        moved = d.transition(new, reason=reason, **fields)
-    if moved:
-        events.publish(d)
-    return moved
+# Kept for callers of the earlier names; the logic lives in `outcomes`.
+release = outcomes.release
+fail = outcomes.fail
+_move = outcomes.move
 
 
 def launch(deployment_id: int) -> dict[str, Any]:
     d = Deployment.objects.select_related("host", "created_by").get(pk=deployment_id)
     if d.status != Status.PENDING:
         return {"skipped": f"status is {d.status}"}
+    return _start(d, "", "")
+
+
+def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
+    """One automatic restart; a duplicate, late or superseded delivery is a no-op."""
+    d = Deployment.objects.select_related("host", "created_by").get(pk=deployment_id)
+    if d.status != Status.RESTARTING or d.restart_count != attempt:
+        return {"skipped": f"status is {d.status}, restart {d.restart_count}"}
+    limit = settings.SHARDBOARD_RESTART_MAX_ATTEMPTS
+    return _start(d, f"restart {attempt} of {limit}: ", f"-restart-{attempt}", attempt=attempt)
+
+
+def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dict[str, Any]:
+    """Spawn the engine on the leased GPUs, move to `starting`, wait until it is ready.
+
+    Each restart logs to a file of its own, so the log of the engine that died is kept.
+    """
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
         command = get_adapter(d.engine).build(launch_spec(d, port))
     except UnsupportedSpec as exc:
-        fail(d, f"The engine refused the settings: {exc}")
+        outcomes.fail(d, f"The engine refused the settings: {exc}")
         return {"failed": str(exc)}
-    log_path = log_dir() / f"deployment-{d.pk}.log"
+    log_path = log_dir() / f"deployment-{d.pk}{log_suffix}.log"
     try:
         handle = sv.spawn(command.argv, command.env, log_path)
     except OSError as exc:
         found = diagnosis.diagnose_spawn_error(exc, command.argv[0])
-        fail(d, found.reason, found)
+        outcomes.fail(d, found.reason, found)
         return {"failed": found.reason}
     audit_record(
         actor=d.created_by,
@@ -130,6 +116,7 @@ def launch(deployment_id: int) -> dict[str, Any]:
             "pid": handle.pid,
             "host": d.host.name,
             "port": port,
+            **audit_extra,
         },
     )
     fields = {
@@ -141,8 +128,10 @@ def launch(deployment_id: int) -> dict[str, Any]:
         "log_path": str(log_path),
         "argv": list(command.masked_argv),
         "env": command.masked_env,
+        "restart_at": None,
     }
-    if not _move(d, Status.STARTING, f"engine spawned (pid {handle.pid}) on port {port}", **fields):
+    reason = f"{note}engine spawned (pid {handle.pid}) on port {port}"
+    if not outcomes.move(d, Status.STARTING, reason, **fields):
         sv.stop(handle, settings.SHARDBOARD_STOP_GRACE_S)  # stopped before it began
         return {"skipped": "stopped before start"}
     _attach_simulated(d)
@@ -150,8 +139,8 @@ def launch(deployment_id: int) -> dict[str, Any]:
 
 
 def _attach_simulated(d: Deployment) -> None:
-    backend = _backend()
-    if backend is None or not d.host.simulated or not hasattr(backend, "attach"):
+    backend = outcomes.backend() if d.host.simulated else None
+    if backend is None or not hasattr(backend, "attach"):
         return
     leases = list(d.leases.filter(active=True).select_related("gpu"))
     per_gpu = max((lease.memory_bytes for lease in leases), default=0)
@@ -169,8 +158,8 @@ def _await_ready(d: Deployment, handle: sv.EngineHandle, command: Any) -> dict[s
         lambda: sv.handle_alive(handle) and _still(d, Status.STARTING),
     )
     d.refresh_from_db()
-    if d.status != Status.STARTING:
-        return {"ended": d.status}  # stopped or failed (watchdog) meanwhile
+    if d.status != Status.STARTING or d.pid != handle.pid:
+        return {"ended": d.status}  # stopped, failed or restarting (watchdog) meanwhile
     if not result.ready:
         return _failed_start(d, handle, result.reason)
     smoke = smoke_test(
@@ -180,7 +169,7 @@ def _await_ready(d: Deployment, handle: sv.EngineHandle, command: Any) -> dict[s
     )
     if not smoke.ok:
         return _failed_start(d, handle, f"the engine answered the smoke test badly: {smoke.reason}")
-    _move(
+    outcomes.move(
         d,
         Status.RUNNING,
         f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
@@ -200,7 +189,7 @@ def _failed_start(d: Deployment, handle: sv.EngineHandle, reason: str) -> dict[s
         exit_info.exit_code if exit_info else None,
         exit_info.signal if exit_info else None,
     )
-    fail(d, f"{reason}. {found.title}: {found.reason}", found)
+    outcomes.engine_lost(d, f"{reason}. {found.title}: {found.reason}", found)
     return {"failed": reason}
 
 
@@ -213,9 +202,9 @@ def stop(deployment_id: int) -> dict[str, Any]:
         result = sv.stop(d.pgid, settings.SHARDBOARD_STOP_GRACE_S)
         sv.reap_children()
     with transaction.atomic():
-        moved = d.transition(Status.STOPPED, reason=_stop_reason(result))
+        moved = d.transition(Status.STOPPED, reason=_stop_reason(result), restart_at=None)
         if moved:
-            release(d)
+            outcomes.release(d)
     if moved:
         events.publish(d)
     return {"stopped": d.pk}

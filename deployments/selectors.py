@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
+from deployments.memory import memory_table
 from deployments.models import Deployment, Status
 from monitoring.models import Host
 
@@ -54,6 +55,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "events": deployment.events.all(),
         "leases": deployment.leases.select_related("gpu"),
         "planned": planned_memory(deployment),
+        "memory": memory_table(deployment),
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,
     }

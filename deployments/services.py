@@ -10,13 +10,14 @@ import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
-from deployments import events, planning
+from deployments import events, planning, sealed
 from deployments.inventory import host_inventory
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
 from deployments.specs import ModelSource, ModelSourceError, load_spec, resolve_source
@@ -36,6 +37,7 @@ class LaunchRequest:
     revision: str = ""
     plan_request: planning.PlanRequest = field(default_factory=planning.PlanRequest)
     gpu_indices: tuple[int, ...] | None = None
+    auto_restart: bool | None = None  # None: the server's SHARDBOARD_AUTO_RESTART
 
 
 def _require(user: Any, role: Role) -> None:
@@ -55,10 +57,10 @@ def _host(name: str) -> Host:
 
 
 def choose_plan(
-    source: ModelSource, host: Host, request: LaunchRequest
+    source: ModelSource, host: Host, request: LaunchRequest, hub_token: str | None = None
 ) -> tuple[planning.Plan, planning.ModelSpec]:
     try:
-        spec = load_spec(source)
+        spec = load_spec(source, token=hub_token)
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
     only = set(request.gpu_indices) if request.gpu_indices else None
@@ -122,8 +124,13 @@ def _check_name(name: str) -> str:
 
 
 def deployment_create(
-    *, user: Any, request: LaunchRequest, http_request: HttpRequest | None = None
+    *,
+    user: Any,
+    request: LaunchRequest,
+    http_request: HttpRequest | None = None,
+    hub_token: str | None = None,
 ) -> Deployment:
+    """Plan again, lease, audit, enqueue. `hub_token`: the launcher's own, for gated models."""
     _require(user, Role.OPERATOR)
     name = _check_name(request.name)
     host = _host(request.host_name)
@@ -132,13 +139,18 @@ def deployment_create(
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
     engine = _engine_for(request, host, source)
-    plan, _ = choose_plan(source, host, request)
+    hub_token = None if source.is_local else (hub_token or "").strip() or None
+    plan, _ = choose_plan(source, host, request, hub_token)
     overrides = {
         k: v
         for k, v in asdict(request.plan_request).items()
         if v is not None and k not in ("model", "revision")  # both are columns of the row
     }
-    return _create(user, name, host, source, engine, plan, overrides, http_request)
+    auto_restart = (
+        settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
+    )
+    options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
+    return _create(user, name, host, source, engine, plan, options, http_request)
 
 
 @transaction.atomic
@@ -149,7 +161,7 @@ def _create(
     source: ModelSource,
     engine: str,
     plan: planning.Plan,
-    overrides: dict[str, Any],
+    options: dict[str, Any],
     http_request: HttpRequest | None,
 ) -> Deployment:
     snapshot = planning.plan_details(plan)
@@ -161,7 +173,9 @@ def _create(
                 revision=source.revision,
                 engine=engine,
                 host=host,
-                plan={**snapshot, "model_ref": source.ref, "request": overrides},
+                plan={**snapshot, "model_ref": source.ref, "request": options["overrides"]},
+                auto_restart=options["auto_restart"],
+                hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
             )
     except IntegrityError:
@@ -186,6 +200,8 @@ def _create(
             "planned_command": snapshot["command"],
             "tensor_parallel_size": plan.tensor_parallel_size,
             "pipeline_parallel_size": plan.pipeline_parallel_size,
+            "auto_restart": options["auto_restart"],
+            "hub_token": "the launcher's own" if options["hub_token"] else "none given",
         },
     )
     transaction.on_commit(lambda: _enqueue("deployments.launch", deployment))
@@ -224,7 +240,11 @@ def deployment_stop(
 
 
 def deployment_restart(
-    *, user: Any, deployment: Deployment, http_request: HttpRequest | None = None
+    *,
+    user: Any,
+    deployment: Deployment,
+    http_request: HttpRequest | None = None,
+    hub_token: str | None = None,
 ) -> Deployment:
     """A new deployment with the same model, host and plan settings (the old one must be ended)."""
     if deployment.is_active:
@@ -237,5 +257,8 @@ def deployment_restart(
         engine=deployment.engine,
         revision=deployment.revision,
         plan_request=planning.PlanRequest(**plan.get("request", {})),
+        auto_restart=deployment.auto_restart,
     )
-    return deployment_create(user=user, request=request, http_request=http_request)
+    return deployment_create(
+        user=user, request=request, http_request=http_request, hub_token=hub_token
+    )

@@ -45,17 +45,23 @@ def local_ref(model: catalog.LocalModel) -> str:
     return f"{LOCAL_PREFIX}{model.root_index}/{model.relative_path}"
 
 
-def load_spec(source: ModelSource) -> ModelSpec:
-    """The planner's ModelSpec; Hub data through the cached hub client."""
+def load_spec(source: ModelSource, *, token: str | None = None) -> ModelSpec:
+    """The planner's ModelSpec; Hub data through the hub client (the user's token, if given)."""
     if source.is_local:
         return _local_spec(Path(source.engine_model))
     from deployments.hub import HubError
     from deployments.hubaccess import hub_client
 
     try:
-        card = hub_client().model_info(source.ref, revision=source.revision or None)
+        card = hub_client(token).model_info(source.ref, revision=source.revision or None)
     except HubError as exc:
         raise ModelSourceError(str(exc)) from exc
+    if card.config is None and card.gated and not token:
+        raise ModelSourceError(
+            f"{source.ref} is gated: the engine could not download it. Set your own Hub token "
+            "(Models page, 'Hub token') with access to it, then launch again; it is used for "
+            "this launch and given to the engine only."
+        )
     if card.config is None:
         raise ModelSourceError(card.config_error or f"{source.ref} has no readable config.json.")
     summary = (

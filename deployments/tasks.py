@@ -17,3 +17,8 @@ def launch(deployment_id: int) -> dict[str, Any]:
 @shared_task(name="deployments.stop", acks_late=True)
 def stop(deployment_id: int) -> dict[str, Any]:
     return runner.stop(deployment_id)
+
+
+@shared_task(name="deployments.restart", acks_late=True)
+def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
+    return runner.restart(deployment_id, attempt)

@@ -8,6 +8,7 @@ urlpatterns = [
     path("deployments/new/", dv.deployment_new, name="deployment_new"),
     path("deployments/<int:pk>/", dv.deployment_detail, name="deployment_detail"),
     path("deployments/<int:pk>/log/", dv.deployment_log, name="deployment_log"),
+    path("deployments/<int:pk>/memory/", dv.deployment_memory, name="deployment_memory"),
     path("deployments/<int:pk>/stop/", dv.deployment_stop, name="deployment_stop"),
     path("deployments/<int:pk>/restart/", dv.deployment_restart, name="deployment_restart"),
 ]

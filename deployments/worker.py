@@ -1,8 +1,9 @@
 """Engine watchdog and reconcile, run inside the host worker process (see `hostworker`).
 
 On start, reconcile: a live engine whose row is active is adopted, an active row whose engine
-is gone is failed (leases freed), and a marked engine with no active row is stopped. Then a
-thread checks the engines of this host every second and fails the ones that died.
+is gone is failed (leases freed), a pending automatic restart is sent again, and a marked
+engine with no active row is stopped. Then a thread checks the engines of this host every
+second; one that died is failed, or restarted later when its deployment has auto-restart on.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
-from deployments import diagnosis, runner
+from deployments import diagnosis, outcomes, runner
 from deployments import supervisor as sv
 from deployments.models import ACTIVE, Deployment, Status
 
@@ -41,7 +42,9 @@ def _engine_died(d: Deployment) -> None:
     if d.pgid:
         sv.stop(d.pgid, 5)  # children left behind by a dead API server
     sv.reap_children()
-    runner.fail(d, f"The engine process exited unexpectedly. {found.title}: {found.reason}", found)
+    outcomes.engine_lost(
+        d, f"The engine process exited unexpectedly. {found.title}: {found.reason}", found
+    )
 
 
 def check_once() -> None:
@@ -52,7 +55,7 @@ def check_once() -> None:
 
 def reconcile() -> dict[str, int]:
     found = {e.deployment_id: e for e in sv.find_engines()}
-    counts = {"adopted": 0, "failed": 0, "orphans_stopped": 0}
+    counts = {"adopted": 0, "failed": 0, "orphans_stopped": 0, "restarts_resent": 0}
     for d in _ours():
         if d.pid and str(d.pk) in found and _alive(d):
             counts["adopted"] += 1
@@ -61,11 +64,22 @@ def reconcile() -> dict[str, int]:
             continue
         if d.status == Status.PENDING:
             continue  # its launch task is still queued
+        if d.status == Status.RESTARTING:
+            if str(d.pk) in found:  # spawned by a restart the old worker did not record
+                sv.stop(found.pop(str(d.pk)).pgid, settings.SHARDBOARD_STOP_GRACE_S)
+            outcomes.resume_restart(d)
+            counts["restarts_resent"] += 1
+            continue
         if d.status == Status.STOPPING:
             runner.stop(d.pk)
             continue
-        runner.fail(d, "The engine was not running when the host worker started again.")
-        counts["failed"] += 1
+        if (
+            not outcomes.engine_lost(
+                d, "The engine was not running when the host worker started again."
+            )
+            or d.status == Status.FAILED
+        ):
+            counts["failed"] += 1
     active_ids = {
         str(pk)
         for pk in Deployment.objects.filter(status__in=list(ACTIVE)).values_list("pk", flat=True)

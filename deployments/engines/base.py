@@ -40,7 +40,8 @@ class LaunchSpec:
     kv_cache_dtype: str | None = None
     multi_host: bool = False  # one model over several hosts: vLLM's Ray executor
     device: Device = "cuda"
-    hf_offline: bool = True  # the host worker downloads weights before launch
+    hf_offline: bool = True  # True for local folders; a Hub model downloads its weights
+    hf_token: str | None = field(default=None, repr=False)  # given as HF_TOKEN, masked when stored
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
 
@@ -119,6 +120,8 @@ def common_env(spec: LaunchSpec) -> dict[str, str]:
     }
     if spec.hf_offline:
         env["HF_HUB_OFFLINE"] = "1"
+    if spec.hf_token:
+        env["HF_TOKEN"] = spec.hf_token  # the environment, not argv: `ps` shows argv to all
     if spec.device == "cuda":
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # CUDA indices = NVML indices
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in spec.gpu_indices)

@@ -27,4 +27,31 @@
     poll();
     setInterval(poll, 2000);
   }
+  const memory = document.getElementById("memory");
+  if (memory && memory.dataset.url) {
+    const note = document.getElementById("memory-note");
+    const refresh = function () {
+      fetch(memory.dataset.url, { credentials: "same-origin" }).then(function (r) { return r.json(); })
+        .then(function (data) {
+          const body = memory.querySelector("tbody");
+          body.replaceChildren();
+          data.rows.forEach(function (row) {
+            const tr = document.createElement("tr");
+            tr.dataset.gpu = row.gpu;
+            [["gpu", String(row.gpu)], ["planned", row.planned], ["measured", row.measured],
+             ["difference", row.difference]].forEach(function (cell) {
+              const td = document.createElement("td");
+              td.textContent = cell[1];
+              td.dataset.col = cell[0];
+              if (cell[0] !== "gpu") { td.className = "num"; }
+              tr.appendChild(td);
+            });
+            body.appendChild(tr);
+          });
+          if (note) { note.textContent = data.note; }
+        })
+        .catch(function () {});
+    };
+    setInterval(refresh, 5000);
+  }
 })();

@@ -7,10 +7,12 @@ import signal
 
 import httpx
 import pytest
+from django.test import Client
 
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.demo_model import make_tiny_llama
+from deployments.memory import memory_table
 from deployments.models import Deployment, GpuLease, Status
 from deployments.services import DeploymentError, LaunchRequest, deployment_create, deployment_stop
 from monitoring.models import Host
@@ -57,7 +59,12 @@ def status_of(d: Deployment) -> str:
     return d.status
 
 
-def test_launch_answer_stop(worker, operator) -> None:
+def measured_row(d: Deployment) -> dict | None:
+    rows = memory_table(d)["rows"]
+    return rows[0] if rows and rows[0]["measured_bytes"] is not None else None
+
+
+def test_launch_answer_stop(worker, operator, viewer) -> None:
     d = launch(operator)
     assert d.status == Status.PENDING and d.engine == "transformers"  # simulated GPUs: CPU engine
     assert GpuLease.objects.filter(deployment=d, active=True).count() == 1
@@ -71,9 +78,19 @@ def test_launch_answer_stop(worker, operator) -> None:
         f"{d.base_url}/v1/completions", json={"prompt": "1 + 1 =", "max_tokens": 4}, timeout=30
     )
     assert answer.status_code == 200
+    lease = GpuLease.objects.get(deployment=d, active=True)
+    # Planned vs measured: the simulated GPU shows the engine holding the plan's memory.
+    row = wait_for(lambda: measured_row(d), timeout_s=15, interval_s=0.5)
+    assert row["gpu"] == lease.gpu.index and row["planned_bytes"] == lease.memory_bytes > 0
+    assert row["measured_bytes"] == lease.memory_bytes and row["difference_bytes"] == 0
+    client = Client()
+    client.force_login(viewer)
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert f'<tr data-gpu="{lease.gpu.index}">' in page and "+0.00 GiB" in page
     deployment_stop(user=operator, deployment=d)
     wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+    assert memory_table(d)["rows"][0]["measured_bytes"] is None  # nothing measured once ended
     with pytest.raises(ProcessLookupError):
         os.killpg(d.pgid, 0)
     actions = set(AuditEvent.objects.filter(target_id=str(d.pk)).values_list("action", flat=True))
