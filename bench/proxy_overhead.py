@@ -1,11 +1,14 @@
 """What the playground gateway adds: direct vs through the proxy, at 1, 8 and 32 streams.
 
-    .venv/bin/python bench/proxy_overhead.py [--tokens 64] [--interval-ms 5] [--server uvicorn|daphne]
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
+        [--tokens 64] [--interval-ms 5] [--server daphne|uvicorn] [--pin]
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
 (tests/playground/stub_upstream.py, its own process), a real ASGI server running Shardboard
-(uvicorn or daphne, its own process) on a throwaway SQLite database, and measures from here
-with httpx: time to first token (p50/p95) and token throughput, direct and proxied.
+(daphne as `make run` does, or uvicorn; its own process) on a throwaway SQLite database, and
+measures from this process with a hand-written keep-alive HTTP/1.1 client (cheap enough not
+to starve the server): time to first token (p50/p95) and token throughput, direct and
+proxied, with the CPU share each process used meanwhile.
 Targets: added TTFT p50 <= 5 ms; proxied throughput >= 95 % of direct. Redis (REDIS_URL)
 is used for the concurrency slots when it is up; the limit is raised so that it never bites.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import socket
 import statistics
@@ -21,10 +25,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -93,13 +97,16 @@ def start_upstream(port: int, tokens: int, interval_ms: float) -> subprocess.Pop
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
-def start_server(kind: str, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_server(
+    kind: str, port: int, env: dict[str, str], profile: str | None, workers: int
+) -> subprocess.Popen[bytes]:
+    python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
     if kind == "daphne":
-        cmd = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
+        cmd = [*python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
         cmd += ["--access-log", os.devnull]
     else:
-        cmd = [sys.executable, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
-        cmd += ["--log-level", "warning", "--no-access-log"]
+        cmd = [*python, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
+        cmd += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
     return subprocess.Popen([*cmd, "controlpanel.asgi:application"], cwd=ROOT, env=env)
 
 
@@ -110,18 +117,63 @@ class Stream:
     chunks: int
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> Stream:
-    started = time.perf_counter()
-    first = None
-    chunks = 0
-    async with client.stream("POST", url, json=BODY, headers=headers) as response:
-        response.raise_for_status()
-        async for data in response.aiter_raw():
+class Connection:
+    """A keep-alive HTTP/1.1 connection, spoken by hand: the load generator must cost far less
+    CPU than what it measures (httpx spent about as much as the proxy per chunk)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Stream:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        head = f"POST {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+        head += "Content-Type: application/json\r\n" + f"Content-Length: {len(body)}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+        started = time.perf_counter()
+        self.writer.write(head.encode() + body)
+        status, response_headers = await self._head()
+        if status != 200:
+            raise RuntimeError(f"{path} answered {status}")
+        first, chunks = None, 0
+        async for data in self._body(response_headers):
             if first is None and b'"content"' in data:
                 first = time.perf_counter()
             chunks += data.count(b'"content"')
-    ended = time.perf_counter()
-    return Stream((first or ended) - started, ended - started, chunks)
+        ended = time.perf_counter()
+        if response_headers.get("connection", "").lower() == "close":
+            self.close()
+        return Stream((first or ended) - started, ended - started, chunks)
+
+    async def _head(self) -> tuple[int, dict[str, str]]:
+        assert self.reader is not None
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        return int(lines[0].split(" ")[1]), headers
+
+    async def _body(self, headers: dict[str, str]) -> AsyncIterator[bytes]:
+        assert self.reader is not None
+        if "content-length" in headers:
+            yield await self.reader.readexactly(int(headers["content-length"]))
+            return
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            data = await self.reader.readexactly(size + 2)
+            if size == 0:
+                return
+            yield data[:-2]
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
 
 
 @dataclass
@@ -129,25 +181,50 @@ class Level:
     ttfts_s: list[float]
     tokens: int
     wall_s: float
+    cpu_s: dict[str, float]
 
     @property
     def throughput(self) -> float:
         return self.tokens / self.wall_s
 
 
-async def run_level(url: str, headers: dict[str, str], concurrency: int, rounds: int) -> Level:
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(timeout=30, limits=limits, trust_env=False) as client:
-        await one_stream(client, url, headers)  # warm the connections and the server
+def cpu_s(pid: int, *, tree: bool) -> float:
+    """User + system CPU seconds so far of a process (and its live children: server workers)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if not tree:
+        return own
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return own + sum(cpu_s(int(child), tree=True) for child in children)
+
+
+def cpu_all(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_s(pid, tree=name == "server") for name, pid in pids.items()}
+
+
+async def run_level(
+    url: str, headers: dict[str, str], concurrency: int, rounds: int, pids: dict[str, int]
+) -> Level:
+    parts = urlsplit(url)
+    body = json.dumps(BODY).encode()
+    conns = [
+        Connection(parts.hostname or "127.0.0.1", parts.port or 80) for _ in range(concurrency)
+    ]
+    try:
+        await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))  # warm up
         ttfts, tokens = [], 0
+        cpu_before = cpu_all(pids)
         started = time.perf_counter()
         for _ in range(rounds):
-            streams = await asyncio.gather(
-                *(one_stream(client, url, headers) for _ in range(concurrency))
-            )
+            streams = await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))
             ttfts += [s.ttft_s for s in streams]
             tokens += sum(s.chunks for s in streams)
-        return Level(ttfts, tokens, time.perf_counter() - started)
+        wall_s = time.perf_counter() - started
+        used = {name: cpu - cpu_before[name] for name, cpu in cpu_all(pids).items()}
+        return Level(ttfts, tokens, wall_s, used)
+    finally:
+        for conn in conns:
+            conn.close()
 
 
 def p(values: list[float], pct: float) -> float:
@@ -163,29 +240,51 @@ def report(concurrency: int, direct: Level, proxied: Level) -> bool:
     print(
         f"{concurrency:>3} streams  TTFT p50 direct {d50:6.2f} ms  proxied {x50:6.2f} ms  "
         f"added {added:+6.2f} ms (p95 proxied {p(proxied.ttfts_s, 95) * 1000:6.2f} ms)  "
-        f"throughput direct {direct.throughput:8.0f} tok/s  proxied {proxied.throughput:8.0f} tok/s  "
-        f"({ratio * 100:5.1f} %)  {'OK' if ok else 'MISSED'}"
+        f"throughput direct {direct.throughput:6.0f} tok/s  proxied {proxied.throughput:6.0f} "
+        f"tok/s ({ratio * 100:5.1f} %)  {'OK' if ok else 'MISSED'}"
     )
+    for name, level in (("direct", direct), ("proxied", proxied)):
+        shares = "  ".join(f"{k} {v / level.wall_s * 100:5.1f} %" for k, v in level.cpu_s.items())
+        print(f"             CPU while {name:<7}  {shares}")
     return ok
 
 
-async def measure(direct_url: str, proxy_url: str, token: str, rounds: dict[int, int]) -> bool:
+async def measure(
+    direct_url: str, proxy_url: str, token: str, rounds: dict[int, int], pids: dict[str, int]
+) -> bool:
     auth = {"Authorization": f"Bearer {token}"}
     ok = True
     for concurrency in LEVELS:
-        direct = await run_level(direct_url, {}, concurrency, rounds[concurrency])
-        proxied = await run_level(proxy_url, auth, concurrency, rounds[concurrency])
+        direct = await run_level(direct_url, {}, concurrency, rounds[concurrency], pids)
+        proxied = await run_level(proxy_url, auth, concurrency, rounds[concurrency], pids)
         ok = report(concurrency, direct, proxied) and ok
     return ok
+
+
+def pin(pid: int, cpu: int | None) -> None:
+    if cpu is None:
+        return
+    os.sched_setaffinity(pid, {cpu})
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        pin(int(child), cpu)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--interval-ms", type=float, default=5.0)
-    parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server on CPU 1, the stand-in engine and this load generator on CPU 0",
+    )
     parser.add_argument(
         "--rounds", type=int, default=0, help="rounds per level (default: by level)"
+    )
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument(
+        "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
     )
     args = parser.parse_args()
     rounds = {c: args.rounds or {1: 30, 8: 6, 32: 3}[c] for c in LEVELS}
@@ -194,17 +293,22 @@ def main() -> int:
         env = bench_env(Path(tmp))
         token = prepare_database(env, upstream_port)
         procs = [start_upstream(upstream_port, args.tokens, args.interval_ms)]
-        procs.append(start_server(args.server, server_port, env))
+        procs.append(start_server(args.server, server_port, env, args.profile, args.workers))
+        pids = {"client": os.getpid(), "engine": procs[0].pid, "server": procs[1].pid}
         try:
             wait_port(upstream_port)
             wait_port(server_port)
+            for name, cpu in (("client", 0), ("engine", 0), ("server", 1)):
+                pin(pids[name], cpu if args.pin else None)
             print(
-                f"{args.server}, {args.tokens} tokens per stream at {args.interval_ms:g} ms "
-                f"each ({1000 / args.interval_ms:.0f} tok/s per stream), loopback"
+                f"{args.server} ({args.workers} process(es)), {args.tokens} tokens per stream at {args.interval_ms:g} ms "
+                f"each ({1000 / args.interval_ms:.0f} tok/s per stream), loopback, "
+                f"{'pinned' if args.pin else 'not pinned'}, {os.cpu_count()} CPUs"
             )
             direct = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
             proxied = f"http://127.0.0.1:{server_port}/v1/chat/completions"
-            ok = asyncio.run(asyncio.wait_for(measure(direct, proxied, token, rounds), 300))
+            run = measure(direct, proxied, token, rounds, pids)
+            ok = asyncio.run(asyncio.wait_for(run, 300))
         finally:
             for proc in procs:
                 proc.terminate()

@@ -22,6 +22,11 @@ PREFIX = "/v1/"
 
 
 class GatewayHandler(ASGIHandler):
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # No per-request ThreadSensitiveContext: it starts a thread for every request only to
+        # run the request signals' receivers; they share asgiref's one sync thread instead.
+        await self.handle(scope, receive, send)
+
     def load_middleware(self, is_async: bool = False) -> None:
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []

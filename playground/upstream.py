@@ -8,10 +8,14 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpcore
 import httpx
 from django.conf import settings
 
+from playground.netio import AsyncioBackend
+
 ERROR_BODY_MAX_BYTES = 64 * 1024
+LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
     weakref.WeakKeyDictionary()
@@ -27,14 +31,26 @@ def connect_timeout_s() -> float:
 
 
 def shared_client() -> httpx.AsyncClient:
+    """Keep-alive connections to every engine, reused by every request of this event loop."""
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None or client.is_closed:
         timeout = httpx.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        client = httpx.AsyncClient(timeout=timeout, limits=limits, trust_env=False)
+        client = httpx.AsyncClient(timeout=timeout, transport=_transport(), trust_env=False)
         _clients[loop] = client
     return client
+
+
+def _transport() -> httpx.AsyncHTTPTransport:
+    transport = httpx.AsyncHTTPTransport(limits=LIMITS)
+    # httpx 0.28 (pinned) takes no network backend; its pool is built the same way, with ours.
+    transport._pool = httpcore.AsyncConnectionPool(
+        max_connections=LIMITS.max_connections,
+        max_keepalive_connections=LIMITS.max_keepalive_connections,
+        keepalive_expiry=LIMITS.keepalive_expiry,
+        network_backend=AsyncioBackend(),
+    )
+    return transport
 
 
 @dataclass(frozen=True, slots=True)

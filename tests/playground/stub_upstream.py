@@ -33,6 +33,8 @@ class StubUpstream:
     hold_after_first: threading.Event | None = None
     fail_status: int | None = None
     fail_body: bytes = b'{"detail": "stub failure"}'
+    close_after_response: bool = False  # hang up on an idle keep-alive connection, unannounced
+    connections: int = 0
     port: int = 0
     seen: list[Seen] = field(default_factory=list)
     first_sent: threading.Event = field(default_factory=threading.Event)
@@ -87,8 +89,9 @@ class StubUpstream:
             await server.serve_forever()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            while await self._one_request(reader, writer):
+            while await self._one_request(reader, writer) and not self.close_after_response:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             self.disconnected.set()

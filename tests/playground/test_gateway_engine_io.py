@@ -1,0 +1,57 @@
+"""The gateway's own connections to engines (playground.netio): reuse, hang-ups, timeouts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.playground.conftest import bearer_for, sse_data, sse_stream
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+
+
+def test_an_engine_that_dropped_an_idle_connection_still_answers_the_next_request(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    stub.close_after_response = True
+    make_deployment("tiny", stub.port)
+    url, headers = f"{server.url}/v1/chat/completions", bearer_for(operator)
+    for _ in range(3):
+        with sse_stream(url, CHAT, headers) as r:
+            assert r.status_code == 200 and sse_data(r.read().decode())[-1] == "[DONE]"
+        time.sleep(0.1)  # the hang-up reaches the gateway while its connection is idle
+    assert len(stub.seen) == 3
+
+
+def test_keep_alive_connections_are_reused(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    make_deployment("tiny", stub.port)
+    url, headers = f"{server.url}/v1/chat/completions", bearer_for(operator)
+    for _ in range(3):
+        assert httpx.post(url, json=CHAT, headers=headers).status_code == 200
+    assert stub.connections == 1, f"one connection for three requests, not {stub.connections}"
+
+
+@pytest.fixture
+def short_read_timeout(gateway_settings: Any) -> None:
+    gateway_settings.PLAYGROUND_READ_TIMEOUT_S = 1.0
+
+
+def test_an_engine_that_stalls_mid_answer_ends_in_a_timeout_frame(
+    short_read_timeout: None, asgi_server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    stub.hold_after_first = threading.Event()  # never set
+    make_deployment("tiny", stub.port)
+    started = time.monotonic()
+    url = f"{asgi_server.url}/v1/chat/completions"
+    with sse_stream(url, CHAT, bearer_for(operator)) as r:
+        data = sse_data(r.read().decode())
+    assert time.monotonic() - started < 5
+    error = json.loads(data[-2])["error"]
+    assert error["type"] == "engine_timeout" and data[-1] == "[DONE]"
