@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,27 +33,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
+from engine_spawn import report  # noqa: E402  (the same figures' format)
+
 STUB_ENGINE = ROOT / "tests" / "engines" / "stub_engine.py"
 HOST = f"bench-{os.getpid()}"
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def report(name: str, values_s: list[float]) -> None:
-    if not values_s:
-        print(f"{name:<48} no values")
-        return
-    ms = [v * 1000 for v in values_s]
-    print(
-        f"{name:<48} n={len(ms):<3} p50={statistics.median(ms):8.1f} ms  "
-        f"p95={percentile(ms, 95):8.1f} ms  max={max(ms):8.1f} ms"
-    )
 
 
 def start_worker(work: Path, engine: str) -> subprocess.Popen[bytes]:

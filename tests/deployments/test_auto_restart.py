@@ -7,7 +7,9 @@ import signal
 
 import httpx
 import pytest
+import time_machine
 from django.test import override_settings
+from django.utils import timezone
 
 from deployments import outcomes, planning, runner
 from deployments.demo_model import make_tiny_llama
@@ -162,3 +164,33 @@ def test_restart_moves_are_compare_and_set() -> None:
     assert not can_move(Status.STOPPED, Status.RESTARTING)
     assert not can_move(Status.FAILED, Status.RESTARTING)
     assert not can_move(Status.RESTARTING, Status.RUNNING)
+
+
+@pytest.fixture
+def row(operator):
+    host = Host.objects.create(name="policyhost", queue="host.policyhost", simulated=True)
+    return Deployment.objects.create(
+        name="policy",
+        model_id="/m",
+        engine="transformers",
+        host=host,
+        created_by=operator,
+        auto_restart=True,
+        status=Status.RUNNING,
+    )
+
+
+@pytest.mark.django_db
+def test_restart_policy(row, settings) -> None:
+    settings.SHARDBOARD_RESTART_MAX_ATTEMPTS = 3
+    assert outcomes.next_attempt(row) is None  # never ran: a first start is not retried
+    with time_machine.travel("2026-12-01 10:00:00+00:00", tick=False):
+        row.events.create(new_status=Status.RUNNING, created_at=timezone.now())
+    with time_machine.travel("2026-12-01 10:01:00+00:00", tick=False):
+        assert outcomes.next_attempt(row) == 1
+        row.restart_count = 3
+        assert outcomes.next_attempt(row) is None  # attempts used up
+    with time_machine.travel("2026-12-01 10:11:00+00:00", tick=False):
+        assert outcomes.next_attempt(row) == 1  # ran ten minutes: the count starts over
+    row.auto_restart = False
+    assert outcomes.next_attempt(row) is None

@@ -1,0 +1,83 @@
+"""A real browser on the detail page of a real deployment: planned vs measured memory fills in
+from monitoring, then the engine is killed and the page says so without a reload by hand."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from deployments import planning
+from deployments.demo_model import make_tiny_llama
+from deployments.models import Deployment, GpuLease
+from deployments.services import LaunchRequest, deployment_create
+from monitoring.models import Host
+from tests.conftest import LiveServer, login, wait_for
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.engine]
+HOST = "browserhost"
+
+
+@pytest.fixture
+def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Any:
+    root = tmp_path_factory.mktemp("models")
+    make_tiny_llama(root / "tiny")
+    settings.MODEL_ROOTS = [root]
+    return root
+
+
+def test_memory_table_and_live_failure(
+    host_worker: Any, model_root: Any, asgi_server: LiveServer, page: Any, operator: Any
+) -> None:
+    worker = host_worker(
+        HOST,
+        GPU_BACKEND="simulated",
+        SIMULATED_GPUS="4xH100-80GB@nvlink",
+        MODEL_ROOTS=str(model_root),
+        HEARTBEAT_INTERVAL_S="1",
+    )
+    wait_for(lambda: Host.objects.filter(name=HOST, gpus__isnull=False).exists(), timeout_s=60)
+    d = deployment_create(
+        user=operator,
+        request=LaunchRequest(
+            name="seen",
+            model_ref="local:0/tiny",
+            host_name=HOST,
+            plan_request=planning.PlanRequest(),
+        ),
+    )
+    try:
+        wait_for(
+            lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), timeout_s=120
+        )
+    except AssertionError:
+        print(worker.log())
+        raise
+    d.refresh_from_db()
+    assert d.status == "running", d.failure_reason
+    lease = GpuLease.objects.get(deployment=d, active=True)
+    planned = f"{lease.memory_bytes / (1 << 30):,.2f} GiB"
+
+    login(page, asgi_server, operator.username)
+    page.goto(f"{asgi_server.url}/deployments/{d.pk}/")
+    row = f"#memory tr[data-gpu='{lease.gpu.index}']"
+    assert page.locator(f"{row} td[data-col=planned]").inner_text() == planned
+    # The script rebuilds the rows every 5 s: mark the server-rendered ones, wait for new ones.
+    page.evaluate(
+        "() => document.querySelectorAll('#memory tbody tr').forEach(r => r.dataset.old = 1)"
+    )
+    page.wait_for_function(
+        f"""() => {{
+            const cell = document.querySelector("{row}:not([data-old]) td[data-col=measured]");
+            return cell !== null && cell.textContent === '{planned}';
+        }}""",
+        timeout=20_000,
+    )
+    assert page.locator(f"{row} td[data-col=difference]").inner_text() == "+0.00 GiB"
+
+    os.killpg(d.pgid, signal.SIGKILL)
+    page.wait_for_selector("#diagnosis", timeout=15_000)  # the status push reloads the page
+    assert page.locator("#status").inner_text() == "Failed"
+    assert "exited unexpectedly" in page.locator("#diagnosis").inner_text()
