@@ -8,7 +8,7 @@ import signal
 import httpx
 import pytest
 import time_machine
-from django.test import override_settings
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from deployments import outcomes, planning, runner
@@ -130,6 +130,11 @@ def test_stop_during_backoff_cancels_the_restart(host_worker, model_root, operat
     wait_for(lambda: status_of(d) == "restarting", timeout_s=5, interval_s=0.1)
     assert "in 60 s" in d.events.get(new_status="restarting").reason
     assert d.restart_at is not None
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert ">Restarting</span>" in page and "next attempt at" in page
+    assert 'id="stop-button"' in page  # a stop cancels the pending restart
 
     deployment_stop(user=operator, deployment=d)
     wait_for(lambda: status_of(d) == "stopped", timeout_s=10, interval_s=0.1)
