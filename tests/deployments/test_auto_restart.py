@@ -199,3 +199,24 @@ def test_restart_policy(row, settings) -> None:
         assert outcomes.next_attempt(row) == 1  # ran ten minutes: the count starts over
     row.auto_restart = False
     assert outcomes.next_attempt(row) is None
+
+
+@pytest.mark.worker
+@pytest.mark.engine
+def test_restart_survives_a_worker_crash_during_backoff(host_worker, model_root, operator) -> None:
+    env = {"SHARDBOARD_RESTART_BACKOFF_S": "6"}
+    worker = start_worker(host_worker, model_root, **env)
+    d = launch(operator, "crashy")
+    wait_running(d, worker)
+    old_pid = d.pid
+    os.killpg(d.pgid, signal.SIGKILL)
+    wait_for(lambda: status_of(d) == "restarting", timeout_s=5, interval_s=0.1)
+    worker.stop(signal.SIGKILL)  # the countdown task dies with it, unacknowledged
+    again = start_worker(host_worker, model_root, **env)
+    wait_for(lambda: "'restarts_resent': 1" in again.log(), timeout_s=60)
+    wait_running(d, again)
+    assert d.pid != old_pid and d.restart_count == 1
+    assert d.events.filter(new_status="starting").count() == 2  # one restart, not two
+    deployment_stop(user=operator, deployment=d)
+    wait_for(lambda: status_of(d) == "stopped", timeout_s=30, interval_s=0.2)
+    assert active_lease_gpus(d) == []
