@@ -299,6 +299,7 @@ def _plan_view(
     details["launch"] = launch_fields(p, source, target, req)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
     details["max_concurrency_text"] = concurrency_text(p.max_concurrency)
+    details["launch_note"] = launch_note(p)
     return details
 
 
@@ -324,6 +325,15 @@ def chart_data(per_gpu: list[dict[str, int]], labels: list[str]) -> dict[str, An
         "capacity_gib": [round(g["gpu_total_bytes"] / GIB, 3) for g in per_gpu],
         "budget_gib": [round(g["budget_bytes"] / GIB, 3) for g in per_gpu],
     }
+
+
+def launch_note(p: planning.Plan) -> str:
+    """One deployment is one replica: say so where the plan has room for more."""
+    gpus = p.gpus_per_replica
+    where = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+    if p.replicas <= 1:
+        return f"Launch starts the engine on {where}."
+    return f"Launch starts one replica on {where}; launch again for each further replica."
 
 
 def launch_fields(

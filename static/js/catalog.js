@@ -165,7 +165,7 @@
     }
     const ok = payload.ok && targetIsHost;
     form.querySelector("#launch-button").disabled = !ok;
-    text("launch-note", !targetIsHost ? "Pick a registered host to launch." : payload.ok ? "" : "This plan does not fit.");
+    text("launch-note", !targetIsHost ? "Pick a registered host to launch." : payload.ok ? (plan.launch_note || "") : "This plan does not fit.");
   }
 
   function drawPlan(payload, targetIsHost) {
@@ -180,7 +180,7 @@
     const kv = text("kv-tokens", plan ? plan.kv_cache_tokens.toLocaleString("en-US") : "—");
     kv.dataset.value = plan ? plan.kv_cache_tokens : 0;
     text("max-concurrency", plan ? plan.max_concurrency_text + "×" : "—");
-    const replicas = plan ? plan.replicas + (plan.replicas === 1 ? " replica" : " replicas") : "";
+    const replicas = plan ? "room for " + plan.replicas + (plan.replicas === 1 ? " replica" : " replicas") : "";
     text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
     text("plan-context", plan ? plan.max_model_len + " tokens" : "—");
     text("plan-ms", payload.server_ms !== undefined ? payload.server_ms + " ms" : "—");

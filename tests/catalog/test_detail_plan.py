@@ -224,3 +224,14 @@ def test_revision_is_pinned_once_in_every_command(
     commands = data["plan"]["commands"]
     assert commands["vllm"].count("--revision") == 1 and f"--revision {sha}" in commands["vllm"]
     assert f"--revision {sha}" in commands["docker"] and sha in commands["kubernetes"]
+
+
+def test_plan_with_room_for_replicas_says_launch_starts_one(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    _, data = plan(client, target="whatif", gpus="4x80GiB@nvlink", tensor_parallel_size="2")
+    assert data["plan"]["replicas"] == 2
+    assert data["plan"]["launch_note"] == (
+        "Launch starts one replica on 2 GPUs; launch again for each further replica."
+    )
