@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 from django.conf import settings
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
@@ -28,20 +29,25 @@ redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
 return 1
 """
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aioredis.Redis] = (
-    weakref.WeakKeyDictionary()
-)
+_clients: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, tuple[aioredis.Redis, AsyncScript]
+] = weakref.WeakKeyDictionary()
 
 
-def _redis() -> aioredis.Redis:
+def _redis_and_script() -> tuple[aioredis.Redis, AsyncScript]:
     loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
-    if client is None:
+    pair = _clients.get(loop)
+    if pair is None:
         client = aioredis.Redis.from_url(
             settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1.0
         )
-        _clients[loop] = client
-    return client
+        pair = (client, client.register_script(_ACQUIRE))  # EVALSHA: the script is sent once
+        _clients[loop] = pair
+    return pair
+
+
+def _redis() -> aioredis.Redis:
+    return _redis_and_script()[0]
 
 
 def slot_key(user_id: int) -> str:
@@ -70,7 +76,7 @@ async def slot_acquire(user_id: int, *, limit: int, ttl_s: float) -> Slot | None
     """
     key, member = slot_key(user_id), uuid.uuid4().hex
     try:
-        granted = await _redis().eval(_ACQUIRE, 1, key, limit, ttl_s, member)
+        granted = await _redis_and_script()[1](keys=[key], args=[limit, ttl_s, member])
     except RedisError as exc:
         logger.warning("playground concurrency limit not enforced, Redis unavailable: %s", exc)
         return Slot(key, member, enforced=False)

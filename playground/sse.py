@@ -36,6 +36,8 @@ class EventSplitter:
 
 def event_data(event: bytes) -> bytes:
     """The joined `data:` lines of one event (b"" for comments and bare fields)."""
+    if event[:6] == b"data: " and event.find(b"\n", 6) == len(event) - 2:
+        return event[6:-2]  # what engines send: one data line per event
     lines = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line[:5] == b"data:"]
     return b"\n".join(lines)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -97,14 +100,18 @@ def sse_data(text: str) -> list[str]:
 @dataclass(frozen=True)
 class RealEngine:
     port: int
-    handle: Any
+    proc: subprocess.Popen[bytes]
 
 
 @pytest.fixture(scope="session")
 def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine]:
+    """The engine the deployment tests launch, spawned by hand: it is not a deployment, and
+    without the deployment marker host workers of other test runs on this machine do not
+    take it for an orphan of theirs and stop it (deployments.worker.reconcile)."""
     from deployments import supervisor as sv
     from deployments.demo_model import make_tiny_llama
     from deployments.engines import LaunchSpec, get_adapter
+    from deployments.engines.base import MARKER_ENV
     from deployments.engines.probes import wait_ready
 
     root = tmp_path_factory.mktemp("playground-engine")
@@ -118,12 +125,22 @@ def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine
         extra_env=(("HF_HOME", str(root / "hf-home")),),
     )
     command = get_adapter("transformers").build(spec)
-    handle = sv.spawn(command.argv, command.env, root / "engine.log")
+    env = {**os.environ, **{k: v for k, v in command.env.items() if k != MARKER_ENV}}
+    log_path = root / "engine.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            command.argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         ready = wait_ready(
-            command.base_url, command.probe, 60.0, lambda: sv.handle_alive(handle), poll_s=0.2
+            command.base_url, command.probe, 60.0, lambda: proc.poll() is None, poll_s=0.2
         )
-        assert ready.ready, f"{ready}\n{sv.tail(handle.log_path)}"
-        yield RealEngine(spec.port, handle)
+        assert ready.ready, f"{ready}\n{sv.tail(log_path)}"
+        yield RealEngine(spec.port, proc)
     finally:
-        sv.stop(handle, grace_s=10.0)
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -55,3 +55,19 @@ def test_an_engine_that_stalls_mid_answer_ends_in_a_timeout_frame(
     assert time.monotonic() - started < 5
     error = json.loads(data[-2])["error"]
     assert error["type"] == "engine_timeout" and data[-1] == "[DONE]"
+
+
+def test_the_lean_gateway_path_checks_the_host_and_sets_security_headers(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    """/v1/ skips Django's middleware stack (playground.asgi); what it must keep, it keeps."""
+    make_deployment("tiny", stub.port)
+    url, headers = f"{server.url}/v1/chat/completions", bearer_for(operator)
+    forged = httpx.post(url, json=CHAT, headers={**headers, "Host": "evil.example"})
+    assert forged.status_code == 400 and stub.seen == []
+    r = httpx.post(url, json=CHAT, headers=headers)
+    assert r.status_code == 200
+    assert r.headers["x-content-type-options"] == "nosniff"
+    assert r.headers["x-frame-options"] == "DENY"
+    missing = httpx.post(f"{server.url}/v1/nothing-here", json=CHAT, headers=headers)
+    assert missing.status_code == 404 and "Traceback" not in missing.text
