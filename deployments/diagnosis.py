@@ -287,23 +287,44 @@ def diagnose_exit(log_text: str, exit_code: int | None, signal_number: int | Non
         return Diagnosis(
             "killed",
             "The engine was killed (SIGKILL)",
-            "Something outside the engine killed it: the kernel's OOM killer when the host ran "
-            "out of RAM, or an operator.",
+            "The engine was killed by signal 9 (SIGKILL). Something outside the engine killed "
+            "it: the kernel's OOM killer when the host ran out of RAM, or an operator.",
             "Check `dmesg` / the host's memory; give the engine more RAM or a smaller model.",
             last_error or "",
         )
-    how = f"signal {signal_number}" if signal_number is not None else f"code {exit_code}"
-    if exit_code is None and signal_number is None:
-        how = "an unknown status (the engine was adopted after a worker restart)"
     detail = f"; last error: {last_error}" if last_error else "."
-    reason = f"The engine exited with {how}{detail}"
+    if signal_number is not None:
+        return Diagnosis(
+            "engine_exited",
+            f"The engine was killed ({signal_name(signal_number)})",
+            f"The engine was {exit_text(exit_code, signal_number)}{detail}",
+            "Something outside Shardboard signalled it (an operator, a service manager, a "
+            "shutdown); relaunch it once that is sorted out.",
+            last_error or "",
+        )
     return Diagnosis(
         "engine_exited",
         "The engine exited",
-        reason,
+        f"The engine exited with {exit_text(exit_code, signal_number)}{detail}",
         "Read the log below; relaunch once the cause is fixed.",
         last_error or "",
     )
+
+
+def exit_text(exit_code: int | None, signal_number: int | None) -> str:
+    """How a process ended, for people: 'killed by signal 15 (SIGTERM)', 'exit code 1'."""
+    if signal_number is not None:
+        return f"killed by signal {signal_number} ({signal_name(signal_number)})"
+    if exit_code is not None:
+        return f"exit code {exit_code}"
+    return "an unknown status (adopted after a worker restart)"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def diagnose_spawn_error(error: OSError, executable: str) -> Diagnosis:

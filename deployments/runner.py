@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 
 from controlpanel.audit import audit_record
-from deployments import diagnosis, events, outcomes, sealed
+from deployments import diagnosis, events, identity, outcomes, sealed
 from deployments import supervisor as sv
 from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.engines.probes import smoke_test, wait_ready
@@ -54,6 +54,7 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         device="cpu" if simulated else "cuda",
         hf_offline=_is_local(d),
         hf_token=None if _is_local(d) else _hub_token(d),
+        owner=identity.engine_owner(),
     )
 
 
@@ -199,7 +200,12 @@ def stop(deployment_id: int) -> dict[str, Any]:
         return {"skipped": f"status is {d.status}"}
     result = None
     if d.pgid:
-        result = sv.stop(d.pgid, settings.SHARDBOARD_STOP_GRACE_S)
+        result = sv.stop(
+            d.pgid,
+            settings.SHARDBOARD_STOP_GRACE_S,
+            owner=identity.engine_owner(),
+            deployment_id=str(d.pk),
+        )
         sv.reap_children()
     with transaction.atomic():
         moved = d.transition(Status.STOPPED, reason=_stop_reason(result), restart_at=None)

@@ -4,6 +4,13 @@ On start, reconcile: a live engine whose row is active is adopted, an active row
 is gone is failed (leases freed), a pending automatic restart is sent again, and a marked
 engine with no active row is stopped. Then a thread checks the engines of this host every
 second; one that died is failed, or restarted later when its deployment has auto-restart on.
+
+Only engines whose owner marker is this worker's (`identity.engine_owner()`: host name and
+installation) are adopted, failed over or stopped; another installation's engines on this
+machine are left alone. An engine without an owner marker (spawned before the marker
+existed) is adopted only when its row names its pid and start time, and never stopped as an
+orphan. The watchdog names the real exit code or signal of an engine this worker spawned;
+only an adopted engine's exit status is unknown (it went to init, not to us).
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
-from deployments import diagnosis, outcomes, runner
+from deployments import diagnosis, identity, outcomes, runner
 from deployments import supervisor as sv
 from deployments.models import ACTIVE, Deployment, Status
 
@@ -38,13 +45,19 @@ def _alive(d: Deployment) -> bool:
 
 def _engine_died(d: Deployment) -> None:
     text = sv.tail(Path(d.log_path)) if d.log_path else ""
-    found = diagnosis.diagnose_exit(text, None, None)
-    if d.pgid:
-        sv.stop(d.pgid, 5)  # children left behind by a dead API server
+    exit_info = sv.child_exit(d.pid) if d.pid else None  # None: adopted, not our child
+    code, sig = (exit_info.exit_code, exit_info.signal) if exit_info else (None, None)
+    found = diagnosis.diagnose_exit(text, code, sig)
+    if d.pgid:  # children left behind by a dead API server
+        sv.stop(d.pgid, 5, owner=identity.engine_owner(), deployment_id=str(d.pk))
     sv.reap_children()
+    how = diagnosis.exit_text(code, sig)
+    said = "" if how in found.reason else f" ({how})"
     outcomes.engine_lost(
-        d, f"The engine process exited unexpectedly. {found.title}: {found.reason}", found
+        d, f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}", found
     )
+    if d.pid:
+        sv.forget_child(d.pid)
 
 
 def check_once() -> None:
@@ -53,11 +66,21 @@ def check_once() -> None:
             _engine_died(d)
 
 
+def _adoptable(d: Deployment, engine: sv.FoundEngine | None, owner: str) -> bool:
+    """The live engine of `d`; one without an owner marker must match the row's pid exactly."""
+    if engine is None or not _alive(d):
+        return False
+    return engine.owner == owner or (engine.owner is None and d.pid in engine.pids)
+
+
 def reconcile() -> dict[str, int]:
-    found = {e.deployment_id: e for e in sv.find_engines()}
+    owner = identity.engine_owner()
+    found = {e.deployment_id: e for e in sv.find_engines(owner)}
     counts = {"adopted": 0, "failed": 0, "orphans_stopped": 0, "restarts_resent": 0}
+    grace_s = settings.SHARDBOARD_STOP_GRACE_S
     for d in _ours():
-        if d.pid and str(d.pk) in found and _alive(d):
+        if d.pid and _adoptable(d, found.get(str(d.pk)), owner):
+            found.pop(str(d.pk))
             counts["adopted"] += 1
             if d.status == Status.STOPPING:
                 runner.stop(d.pk)
@@ -65,8 +88,9 @@ def reconcile() -> dict[str, int]:
         if d.status == Status.PENDING:
             continue  # its launch task is still queued
         if d.status == Status.RESTARTING:
-            if str(d.pk) in found:  # spawned by a restart the old worker did not record
-                sv.stop(found.pop(str(d.pk)).pgid, settings.SHARDBOARD_STOP_GRACE_S)
+            engine = found.get(str(d.pk))
+            if engine is not None and engine.owner == owner:  # spawned by an unrecorded restart
+                sv.stop(found.pop(str(d.pk)).pgid, grace_s, owner=owner, deployment_id=str(d.pk))
             outcomes.resume_restart(d)
             counts["restarts_resent"] += 1
             continue
@@ -80,18 +104,29 @@ def reconcile() -> dict[str, int]:
             or d.status == Status.FAILED
         ):
             counts["failed"] += 1
-    active_ids = {
-        str(pk)
-        for pk in Deployment.objects.filter(status__in=list(ACTIVE)).values_list("pk", flat=True)
-    }
+    counts["orphans_stopped"] = _stop_orphans(found, owner)
+    return counts
+
+
+def _stop_orphans(found: dict[str, sv.FoundEngine], owner: str) -> int:
+    """Stop engines of this worker (owner marker) that no active row of this host claims."""
+    active_ids = {str(pk) for pk in _ours().values_list("pk", flat=True)}
+    stopped = 0
     for deployment_id, engine in found.items():
+        if engine.owner != owner:
+            continue  # no owner marker: maybe another installation's; never ours to stop
         if deployment_id not in active_ids:
             log.warning(
                 "stopping orphan engine of deployment %s (pgid %s)", deployment_id, engine.pgid
             )
-            sv.stop(engine.pgid, settings.SHARDBOARD_STOP_GRACE_S)
-            counts["orphans_stopped"] += 1
-    return counts
+            sv.stop(
+                engine.pgid,
+                settings.SHARDBOARD_STOP_GRACE_S,
+                owner=owner,
+                deployment_id=deployment_id,
+            )
+            stopped += 1
+    return stopped
 
 
 def _watch_loop() -> None:

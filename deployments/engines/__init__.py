@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from deployments.engines.base import (
     MARKER_ENV,
+    OWNER_ENV,
     EngineAdapter,
     EngineCommand,
     LaunchSpec,
@@ -19,6 +20,7 @@ from deployments.engines.vllm import VllmAdapter
 
 __all__ = [
     "MARKER_ENV",
+    "OWNER_ENV",
     "EngineAdapter",
     "EngineCommand",
     "LaunchSpec",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 MARKER_ENV = "SHARDBOARD_DEPLOYMENT_ID"
+OWNER_ENV = "SHARDBOARD_ENGINE_OWNER"  # <host>@<installation>: whose worker may adopt or stop it
 MASK = "***"
 LOOPBACK_HOST = "127.0.0.1"
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})  # noqa: S104 - recognised, not bound
@@ -44,6 +45,7 @@ class LaunchSpec:
     hf_token: str | None = field(default=None, repr=False)  # given as HF_TOKEN, masked when stored
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
+    owner: str = ""  # the OWNER_ENV value; "" only where no worker will look for it again
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +115,7 @@ def base_url(host: str, port: int) -> str:
 def common_env(spec: LaunchSpec) -> dict[str, str]:
     env = {
         MARKER_ENV: spec.deployment_id,
+        **({OWNER_ENV: spec.owner} if spec.owner else {}),
         "PYTHONUNBUFFERED": "1",  # the log file is the only view of a starting engine
         "NO_COLOR": "1",
         "HF_HUB_DISABLE_UPDATE_CHECK": "1",
@@ -140,7 +143,7 @@ def check_common(spec: LaunchSpec) -> None:
         raise UnsupportedSpec("device cuda needs leased GPU indices; none were given")
     if any("\0" in a for a in spec.extra_args):
         raise UnsupportedSpec("extra_args contain a NUL byte")
-    managed = {k for k, _ in spec.extra_env} & {MARKER_ENV, "CUDA_VISIBLE_DEVICES"}
+    managed = {k for k, _ in spec.extra_env} & {MARKER_ENV, OWNER_ENV, "CUDA_VISIBLE_DEVICES"}
     if managed:
         raise UnsupportedSpec(f"extra_env may not set {sorted(managed)}: the panel sets them")
 

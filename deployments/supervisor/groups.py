@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psutil  # type: ignore[import-untyped]
 
-from deployments.engines.base import MARKER_ENV
+from deployments.engines.base import MARKER_ENV, OWNER_ENV
 from deployments.supervisor.processes import (
     EngineHandle,
     ExitInfo,
@@ -54,16 +54,21 @@ def stop(
     *,
     kill_wait_s: float = 5.0,
     poll_s: float = 0.05,
+    owner: str | None = None,
+    deployment_id: str | None = None,
 ) -> StopResult:
     """SIGTERM to the engine's process group, SIGKILL after `grace_s`, wait until it is gone.
 
     `target` is a handle or a bare pgid (an orphan found by `find_engines`). The group is only
-    signalled when one of its members carries the marker, so a reused pgid is never hit.
+    signalled when one of its members carries the marker (this `deployment_id` and `owner`,
+    when given; a handle gives its own), so a reused pgid, or another installation's engine
+    behind it, is never hit. An engine without an owner marker (older version) passes.
     """
     start = time.monotonic()
     pgid = target.pgid if isinstance(target, EngineHandle) else target
-    deployment_id = target.deployment_id if isinstance(target, EngineHandle) else None
-    if not _group_is_an_engine(pgid, deployment_id):
+    if isinstance(target, EngineHandle):
+        deployment_id, owner = target.deployment_id, target.owner or owner
+    if not _group_is_an_engine(pgid, deployment_id, owner):
         return StopResult(pgid, False, None, time.monotonic() - start, final_exit(target), ())
     sent = "SIGTERM"
     _killpg(pgid, signal.SIGTERM)
@@ -75,14 +80,19 @@ def stop(
     return StopResult(pgid, True, sent, time.monotonic() - start, final_exit(target), remaining)
 
 
-def _group_is_an_engine(pgid: int, deployment_id: str | None) -> bool:
-    """Some member carries the marker (with this deployment's id, when one is given)."""
+def _group_is_an_engine(pgid: int, deployment_id: str | None, owner: str | None) -> bool:
+    """Some member carries the marker (with this deployment's id and owner, when given)."""
     for pid in group_pids(pgid):
         try:
-            marker = psutil.Process(pid).environ().get(MARKER_ENV)
+            env = psutil.Process(pid).environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue  # gone, or another user's process: not an engine of ours
-        if marker is not None and deployment_id in (None, marker):
+        marker, marked_owner = env.get(MARKER_ENV), env.get(OWNER_ENV)
+        if (
+            marker is not None
+            and deployment_id in (None, marker)
+            and (owner is None or marked_owner in (None, owner))
+        ):
             return True
     return False
 

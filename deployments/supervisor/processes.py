@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil  # type: ignore[import-untyped]
 
-from deployments.engines.base import MARKER_ENV
+from deployments.engines.base import MARKER_ENV, OWNER_ENV
 
 _TAIL_MAX_BYTES = 256 * 1024
 _SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -35,6 +35,7 @@ class EngineHandle:
     started_at: datetime
     create_time: float  # psutil's; tells a live engine from a reused pid
     log_path: Path
+    owner: str | None = None  # its OWNER_ENV marker; None: started by an older version
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +108,7 @@ def spawn(
         started_at=now_utc(),
         create_time=psutil.Process(popen.pid).create_time(),
         log_path=log_path,
+        owner=env.get(OWNER_ENV),
     )
 
 
@@ -115,7 +117,9 @@ def inherited_env(base: Mapping[str, str]) -> dict[str, str]:
     return {
         k: v
         for k, v in base.items()
-        if not _SECRET_ENV_NAME.search(k) and k not in _PANEL_ONLY_ENV and k != MARKER_ENV
+        if not _SECRET_ENV_NAME.search(k)
+        and k not in _PANEL_ONLY_ENV
+        and k not in (MARKER_ENV, OWNER_ENV)
     }
 
 
@@ -146,6 +150,23 @@ def poll_exit(handle: EngineHandle) -> ExitInfo | None:
     if is_alive(handle.pid, handle.create_time):
         return None
     return ExitInfo(handle.pid, None, None, now_utc())
+
+
+def child_exit(pid: int) -> ExitInfo | None:
+    """The real exit of an engine this process spawned and that has ended; None otherwise.
+
+    None for an engine still running and for one adopted from an earlier worker (not our
+    child: its exit status went to init and is unknowable here).
+    """
+    with _CHILDREN_LOCK:
+        popen = _CHILDREN.get(pid)
+    code = None if popen is None else popen.poll()
+    return None if code is None else _exit_from_returncode(pid, code)
+
+
+def forget_child(pid: int) -> None:
+    with _CHILDREN_LOCK:
+        _CHILDREN.pop(pid, None)
 
 
 def _exit_from_returncode(pid: int, code: int) -> ExitInfo:
