@@ -6,6 +6,8 @@ reconcile looks at (the markers in their environment and their process groups).
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +86,12 @@ def test_reconcile_leaves_other_installations_engines_alone(
             sv.stop(handle, grace_s=2.0)
 
 
+def _failed(d: Deployment) -> bool:
+    sv.reap_children()  # the test process spawned it: collect the zombie
+    d.refresh_from_db()
+    return d.status == Status.FAILED
+
+
 def _alive(handle: sv.EngineHandle) -> bool:
     sv.reap_children()
     return sv.handle_alive(handle)
@@ -113,5 +121,8 @@ def test_an_engine_without_owner_marker_is_adopted_by_pid_and_start_time(
         assert "'adopted': 1" in worker.log() and _alive(legacy)
         stale_row.refresh_from_db()
         assert stale_row.status == Status.RUNNING
+        os.kill(legacy.pid, signal.SIGKILL)  # the worker is not its parent: status unknowable
+        wait_for(lambda: _failed(stale_row), timeout_s=5)
+        assert "unknown status (adopted after a worker restart)" in stale_row.failure_reason
     finally:
         sv.stop(legacy, grace_s=2.0)

@@ -106,7 +106,20 @@ def test_engine_killed_is_failed_quickly(worker, operator) -> None:
     os.killpg(d.pgid, signal.SIGKILL)
     wait_for(lambda: status_of(d) == "failed", timeout_s=5, interval_s=0.1)
     assert "exited unexpectedly" in d.failure_reason
+    assert "signal 9 (SIGKILL)" in d.failure_reason  # the worker spawned it: the real status
+    assert "unknown status" not in d.failure_reason
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+
+
+def test_engine_terminated_from_outside_names_sigterm(worker, operator) -> None:
+    d = launch(operator, name="termme")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    os.kill(d.pid, signal.SIGTERM)  # not through Shardboard: an operator's kill, a shutdown
+    wait_for(lambda: status_of(d) == "failed", timeout_s=15, interval_s=0.1)
+    assert "killed by signal 15 (SIGTERM)" in d.failure_reason, d.failure_reason
+    assert "adopted" not in d.failure_reason
+    assert d.diagnosis["title"] == "The engine was killed (SIGTERM)"
 
 
 def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
