@@ -21,13 +21,12 @@ from django.utils import timezone
 
 from monitoring.gpus.base import DeviceInfo, HostSample
 from monitoring.history import (
-    KEY_PREFIX,
     RAW_WINDOWS,
     WINDOWS_MS,
     History,
     decode_sample,
+    owners_key,
     raw_key,
-    sanitize_host,
 )
 from monitoring.models import Gpu, Host
 from monitoring.payloads import backfill_message, display_value, table_rows
@@ -35,7 +34,6 @@ from monitoring.prom import HostSnapshot
 
 log = logging.getLogger(__name__)
 
-ALL_GROUP = "gpus.all"
 OWNERS_TTL_S = 2 * 3600  # longer than the raw history the map explains
 ACTIVE_STATUSES = ("starting", "running", "stopping")
 BACKFILL_MAX_POINTS = 720
@@ -52,15 +50,6 @@ LEGEND: tuple[tuple[str, str], ...] = (
     ("NV#", "Connection traversing a bonded set of # NVLinks"),
 )
 PCIE_LEVELS = frozenset({"PIX", "PXB", "PHB", "NODE"})
-
-
-def host_group(host: str) -> str:
-    """Channel-layer group of one host's samples (names: ``[A-Za-z0-9._-]``, < 100 chars)."""
-    return f"gpus.host.{sanitize_host(host)[:80]}"
-
-
-def owners_key(host: str) -> str:
-    return f"{KEY_PREFIX}:own:{sanitize_host(host)}"
 
 
 @cache
@@ -217,9 +206,11 @@ def backfill(window: str, host: str | None = None) -> dict[str, Any]:
 
 
 def _add_memory_split(host: str, window: str, series: dict[str, Any], own: dict[str, str]) -> None:
-    """``dm``/``mo`` series next to ``m``; only raw windows keep per-process memory."""
+    """``dm``/``mo`` series next to ``m``: from the raw samples' processes for the raw windows,
+    as the 1-minute series stored them otherwise."""
     for values in series["g"].values():
-        values["dm"], values["mo"] = {}, list(values["m"])
+        values.setdefault("dm", {})
+        values.setdefault("mo", list(values["m"]))
     if not own or window not in RAW_WINDOWS or not series["t"]:
         return
     wanted = {t: n for n, t in enumerate(series["t"])}

@@ -4,8 +4,10 @@ Imported only by the ``hostworker`` management command, so these Celery signal h
 in that process alone. ``current_backend()`` is the GPU backend this host uses; the
 deployment code calls ``attach``/``detach`` on it for simulated engines.
 
-Groups: every live sample goes to ``selectors.host_group(host)`` and ``selectors.ALL_GROUP``
-as ``{"type": "gpu.sample", "text": <the JSON message>}``.
+Live samples are encoded once and published on the host's and the all-hosts Redis pub/sub
+streams (``monitoring.live``); each ASGI process fans them out to its websockets. A
+registration publishes ``{"type": "host", "h": name}`` on the same streams, so open
+dashboards add a new host without a reload.
 """
 
 from __future__ import annotations
@@ -19,16 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-from asgiref.sync import async_to_sync
 from celery.signals import worker_ready, worker_shutdown
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 
 from controlpanel.celery import host_queue
-from monitoring import selectors, services
+from monitoring import live, selectors, services
 from monitoring.gpus import GpuBackend, HostSample, get_backend
-from monitoring.history import History
+from monitoring.history import History, owners_key
 from monitoring.payloads import live_message
 from monitoring.sampler import Sampler, Sink, fan_out
 
@@ -83,6 +83,16 @@ def register(host: str, backend: GpuBackend) -> None:
         info={"pid": os.getpid(), "interval_s": settings.SAMPLE_INTERVAL_S},
     )
     log.info("host %s registered with %d GPU(s)", host, len(backend.devices()))
+    announce(host)
+
+
+def announce(host: str) -> None:
+    """Tell open dashboards that this host (re)registered; they fetch its inventory."""
+    text = json.dumps({"type": "host", "h": host}, separators=(",", ":"))
+    try:
+        live.publish(selectors.redis_client(), host, text)
+    except redis.RedisError as exc:  # pages pick the host up with their next backfill
+        log.warning("host %s: could not announce the registration (%s)", host, exc)
 
 
 @dataclass
@@ -145,7 +155,7 @@ class HostAgent:
 
 
 def store_owners(client: redis.Redis, host: str, own: dict[str, str]) -> None:
-    key = selectors.owners_key(host)
+    key = owners_key(host)
     pipe = client.pipeline(transaction=False)
     pipe.hset(key, mapping=own)
     pipe.expire(key, selectors.OWNERS_TTL_S)
@@ -153,19 +163,16 @@ def store_owners(client: redis.Redis, host: str, own: dict[str, str]) -> None:
 
 
 def publish(host: str, sample: HostSample, backend: GpuBackend, own: dict[str, str]) -> None:
-    """Send one sample to the host's group and the all-GPUs group."""
-    live = live_message(host, sample, simulated=backend.simulated)
+    """Send one sample to the host's stream and the all-hosts stream."""
     message = selectors.publish_message(
-        live, sample, backend.devices(), own, simulated=backend.simulated
+        live_message(host, sample, simulated=backend.simulated),
+        sample,
+        backend.devices(),
+        own,
+        simulated=backend.simulated,
     )
-    # Encoded once here, not once per browser in each consumer: that is what fan-out costs.
-    event: dict[str, Any] = {
-        "type": "gpu.sample",
-        "text": json.dumps(message, separators=(",", ":")),
-    }
-    send = async_to_sync(get_channel_layer().group_send)
-    send(selectors.host_group(host), event)
-    send(selectors.ALL_GROUP, event)
+    # Encoded once here, not once per browser: the ASGI processes forward this text as it is.
+    live.publish(selectors.redis_client(), host, json.dumps(message, separators=(",", ":")))
 
 
 def start_agent() -> HostAgent:

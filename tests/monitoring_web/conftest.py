@@ -14,8 +14,7 @@ from django.conf import settings
 
 from monitoring import worker
 from monitoring.gpus.simulated import SimulatedBackend
-from monitoring.history import minute_key, raw_key
-from monitoring.selectors import owners_key
+from monitoring.history import minute_key, owners_key, raw_key
 
 SPEC4 = "4xH100-80GB@nvlink"
 

@@ -6,10 +6,10 @@ import json
 import time
 
 import pytest
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+import redis
+from django.conf import settings
 
-from monitoring import selectors
+from monitoring import live, selectors
 from monitoring.models import Host
 from tests.conftest import wait_for
 from tests.monitoring_web.conftest import SPEC4
@@ -22,14 +22,19 @@ def _registered(name: str) -> Host | None:
     return host if host is not None and host.gpus.filter(present=True).count() == 4 else None
 
 
-async def _one_sample(group: str) -> dict:
-    layer = get_channel_layer()
-    channel = await layer.new_channel()
-    await layer.group_add(group, channel)
+def _one_message(name: str, kind: str) -> dict:
+    """The next message of ``kind`` on a live stream, read as an ASGI process's hub reads it."""
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(name)
     try:
-        return await layer.receive(channel)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            message = pubsub.get_message(timeout=1)
+            if message and json.loads(message["data"])["type"] == kind:
+                return json.loads(message["data"])
+        raise AssertionError(f"no {kind} message on {name}")
     finally:
-        await layer.group_discard(group, channel)
+        pubsub.close()
 
 
 def test_worker_registers_heartbeats_samples_and_publishes(host_worker, host_name) -> None:
@@ -62,9 +67,7 @@ def test_worker_registers_heartbeats_samples_and_publishes(host_worker, host_nam
     beat = host.last_heartbeat
     wait_for(lambda: Host.objects.get(name=host_name).last_heartbeat > beat, timeout_s=5)
 
-    event = async_to_sync(_one_sample)(selectors.host_group(host_name))
-    assert event["type"] == "gpu.sample"
-    sample = json.loads(event["text"])
+    sample = _one_message(live.stream(host_name), "sample")
     assert sample["h"] == host_name and sample["sim"] is True and len(sample["g"]) == 4
     assert [r["name"] for r in sample["rows"]] == ["NVIDIA H100 80GB HBM3"] * 4
 
