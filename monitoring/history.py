@@ -6,9 +6,13 @@ Keys (host names sanitised to ``[A-Za-z0-9._-]``):
   ms), field ``d`` = compact JSON, lossless (bytes, mW), trimmed ``MAXLEN ~`` to one hour at the
   configured interval.
 * ``shardboard:gpu:1m:<host>``: a stream, one entry per minute (id = the minute's first ms),
-  field ``d`` = ``{"n": samples, "g": {"<index>": {"<key>": [min, mean, max]}}}`` in storage
-  units, trimmed to 7 days. Minutes are aggregated from the raw stream once they are over, so
-  a restarted worker catches up and two writers cannot write one minute twice.
+  field ``d`` = ``{"n": samples, "g": {"<index>": {"<key>": [min, mean, max], "dm": {...},
+  "mo": bytes}}}`` in storage units, trimmed to 7 days. ``dm`` is the minute's mean memory of
+  each deployment on that GPU and ``mo`` the mean of the rest ("other"), so the split survives
+  downsampling; owners come from ``shardboard:gpu:own:<host>`` (pid -> deployment, kept by the
+  worker) as it is when the minute is aggregated. Minutes are aggregated from the raw stream
+  once they are over, so a restarted worker catches up and two writers cannot write one
+  minute twice.
 """
 
 from __future__ import annotations
@@ -53,6 +57,11 @@ def minute_key(host: str) -> str:
     return f"{KEY_PREFIX}:1m:{sanitize_host(host)}"
 
 
+def owners_key(host: str) -> str:
+    """A hash ``pid -> deployment`` of the engine processes seen on the host's GPUs."""
+    return f"{KEY_PREFIX}:own:{sanitize_host(host)}"
+
+
 # --- storage codec ----------------------------------------------------------------------
 
 
@@ -85,9 +94,25 @@ def _decode_gpu(row: list[Any]) -> GpuSample:
 # --- downsampling (pure) ----------------------------------------------------------------
 
 
-def aggregate_minute(samples: Iterable[HostSample]) -> dict[str, Any]:
-    """min/mean/max per GPU and metric over the samples of one minute (unknowns skipped)."""
+def owner_split(gpu: GpuSample, owners: Mapping[str, str]) -> tuple[dict[str, int], int]:
+    """Bytes per deployment on one GPU, and the rest of its used memory ("other")."""
+    split: dict[str, int] = {}
+    for process in gpu.processes:
+        owner = owners.get(str(process.pid))
+        if owner and process.used_memory_bytes is not None:
+            split[owner] = split.get(owner, 0) + process.used_memory_bytes
+    return split, max(0, (gpu.memory_used_bytes or 0) - sum(split.values()))
+
+
+def aggregate_minute(
+    samples: Iterable[HostSample], owners: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """min/mean/max per GPU and metric over the samples of one minute (unknowns skipped),
+    and the mean memory split by owner (a deployment absent from a sample counts as 0 there,
+    so the means stack up to the mean memory used)."""
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    split: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    other: dict[int, int] = defaultdict(int)
     count = 0
     for sample in samples:
         count += 1
@@ -96,10 +121,20 @@ def aggregate_minute(samples: Iterable[HostSample]) -> dict[str, Any]:
                 value = getattr(gpu, attr)
                 if value is not None:
                     values[gpu.index][key].append(float(value))
-    gpus = {
+            if gpu.memory_used_bytes is not None:
+                owned, rest = owner_split(gpu, owners or {})
+                for name, used in owned.items():
+                    split[gpu.index][name] += used
+                other[gpu.index] += rest
+    gpus: dict[str, dict[str, Any]] = {
         str(index): {key: [min(v), round(sum(v) / len(v), 2), max(v)] for key, v in metrics.items()}
         for index, metrics in values.items()
     }
+    for index, metrics in gpus.items():
+        known = len(values[int(index)].get("m", ()))
+        if known:
+            metrics["dm"] = {name: round(b / known) for name, b in split[int(index)].items()}
+            metrics["mo"] = round(other[int(index)] / known)
     return {"n": count, "g": gpus}
 
 
@@ -141,9 +176,14 @@ class History:
             by_minute[_entry_ms(entry_id) // MINUTE_MS * MINUTE_MS].append(
                 decode_sample(_data(entry))
             )
+        owners = self.owners(host) if by_minute else {}
         for minute_ms in sorted(by_minute):
-            self._xadd_minute(host, minute_ms, aggregate_minute(by_minute[minute_ms]))
+            self._xadd_minute(host, minute_ms, aggregate_minute(by_minute[minute_ms], owners))
         return len(by_minute)
+
+    def owners(self, host: str) -> dict[str, str]:
+        raw: Any = self.client.hgetall(owners_key(host))
+        return {_text(k): _text(v) for k, v in dict(raw or {}).items()}
 
     def _xadd_minute(self, host: str, minute_ms: int, aggregate: dict[str, Any]) -> None:
         data = json.dumps(aggregate, separators=(",", ":"))
@@ -195,23 +235,34 @@ class History:
         return {"res_s": res_s, "t": [s.ts_ms for s in samples], "g": gpus}
 
     def _minute_series(self, host: str, since_ms: int, now_ms: int) -> dict[str, Any]:
+        """Also ``dm`` (``{deployment: [MiB or null]}``) and ``mo`` (MiB): the memory split."""
         entries = _entries(self.client.xrange(minute_key(host), min=since_ms, max=now_ms))
         docs = [(_entry_ms(entry_id), json.loads(_data(entry))) for entry_id, entry in entries]
         indices = sorted({int(i) for _, doc in docs for i in doc["g"]})
-        gpus: dict[str, dict[str, list[Any]]] = {
+        gpus: dict[str, dict[str, Any]] = {
             str(i): {f"{k}{s}": [] for k in SERIES_KEYS for s in ("", "_min", "_max")}
             for i in indices
         }
-        for _, doc in docs:
+        for n, (_, doc) in enumerate(docs):
             for i in indices:
                 metrics = doc["g"].get(str(i), {})
+                series = gpus[str(i)]
                 for key in SERIES_KEYS:
                     lo, mean, hi = metrics.get(key, (None, None, None))
-                    series = gpus[str(i)]
                     series[key].append(display_value(key, mean))
                     series[f"{key}_min"].append(display_value(key, lo))
                     series[f"{key}_max"].append(display_value(key, hi))
+                _minute_split(series, metrics, n, len(docs))
         return {"res_s": 60, "t": [ms for ms, _ in docs], "g": gpus}
+
+
+def _minute_split(series: dict[str, Any], metrics: dict[str, Any], n: int, points: int) -> None:
+    """Point ``n`` of the split; a minute stored without one (older data) is all "other"."""
+    dm = series.setdefault("dm", {})
+    mo = metrics.get("mo")
+    series.setdefault("mo", []).append(series["m"][-1] if mo is None else display_value("m", mo))
+    for name, used in metrics.get("dm", {}).items():
+        dm.setdefault(name, [None] * points)[n] = display_value("m", used)
 
 
 Entry = tuple[Any, Mapping[Any, Any]]
@@ -225,6 +276,10 @@ def _entries(result: Any) -> list[Entry]:
 def _data(entry: Mapping[Any, Any]) -> Any:
     """The ``d`` field, whether or not the client decodes responses."""
     return entry[b"d"] if b"d" in entry else entry["d"]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _entry_ms(entry_id: bytes | str) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from monitoring.history import (
     decode_sample,
     encode_sample,
     minute_key,
+    owners_key,
     raw_key,
 )
 
@@ -51,7 +54,7 @@ def gpu(index: int, util: float | None, *, mem_mib: int = 1000, lost: bool = Fal
 def host(redis_client: redis.Redis) -> Iterator[str]:
     name = f"test host/{uuid.uuid4().hex[:8]}"
     yield name
-    redis_client.delete(raw_key(name), minute_key(name))
+    redis_client.delete(raw_key(name), minute_key(name), owners_key(name))
 
 
 def test_keys_are_prefixed_and_sanitised() -> None:
@@ -128,3 +131,55 @@ def test_downsample_is_exact_and_survives_a_restart(redis_client: redis.Redis, h
 def test_latest_of_an_unknown_host_is_none(redis_client: redis.Redis, host: str) -> None:
     assert History(redis_client).latest(host) is None
     assert History(redis_client).read_window(host, "5m")["t"] == []
+
+
+def _with_processes(sample: GpuSample, used_mib: int, *procs: tuple[int, int]) -> GpuSample:
+    processes = tuple(GpuProcess(pid, mib * MIB, "engine") for pid, mib in procs)
+    return dataclasses.replace(sample, memory_used_bytes=used_mib * MIB, processes=processes)
+
+
+def test_minutes_keep_the_memory_split_per_deployment(redis_client: redis.Redis, host: str) -> None:
+    redis_client.hset(owners_key(host), mapping={"42": "llama", "43": "llama", "50": "qwen"})
+    history = History(redis_client)
+    gpus = [  # pid 77 is not ours; qwen appears in one sample of three; 43 is llama's second rank
+        (
+            _with_processes(gpu(0, 50.0), 4000, (42, 3000), (77, 500)),
+            _with_processes(gpu(1, 0.0), 0),
+        ),
+        (
+            _with_processes(gpu(0, 50.0), 5000, (42, 3000), (50, 1500)),
+            _with_processes(gpu(1, 0.0), 0),
+        ),
+        (
+            _with_processes(gpu(0, 50.0), 4500, (42, 3000), (77, 500)),
+            _with_processes(gpu(1, 0.0), 600, (43, 600)),
+        ),
+    ]
+    for k, pair in enumerate(gpus):
+        history.append(host, HostSample(T0_MS + k * 10_000, pair))
+    history.append(host, HostSample(T0_MS + MINUTE_MS, (gpu(0, 0.0),)))  # the minute is over
+
+    [(_, entry)] = redis_client.xrange(minute_key(host))
+    stored = json.loads(entry[b"d"])["g"]
+    assert stored["0"]["dm"] == {"llama": 3000 * MIB, "qwen": 500 * MIB}
+    assert stored["0"]["mo"] == round((1000 + 500 + 1500) / 3 * MIB)
+
+    day = history.read_window(host, "24h", now_ms=T0_MS + 2 * MINUTE_MS)
+    gpu0, gpu1 = day["g"]["0"], day["g"]["1"]
+    assert gpu0["m"] == [4500] and gpu0["dm"] == {"llama": [3000], "qwen": [500]}
+    assert gpu0["mo"] == [1000]  # the split stacks up to the mean memory used
+    assert gpu1["dm"] == {"llama": [200]} and gpu1["mo"] == [0] and gpu1["m"] == [200]
+
+
+def test_minutes_without_owners_or_stored_before_the_split_are_all_other(
+    redis_client: redis.Redis, host: str
+) -> None:
+    history = History(redis_client)
+    history.append(host, HostSample(T0_MS, (gpu(0, 10.0, mem_mib=700),)))
+    history.append(host, HostSample(T0_MS + MINUTE_MS, (gpu(0, 10.0),)))
+    old = {"n": 1, "g": {"0": {"m": [800 * MIB, 800 * MIB, 800 * MIB]}}}  # written before dm/mo
+    redis_client.xadd(minute_key(host), {"d": json.dumps(old)}, id=f"{T0_MS + MINUTE_MS}-0")
+
+    day = history.read_window(host, "24h", now_ms=T0_MS + 3 * MINUTE_MS)
+    assert day["g"]["0"]["m"] == [700, 800]
+    assert day["g"]["0"]["dm"] == {} and day["g"]["0"]["mo"] == [700, 800]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ from django.test import Client
 from controlpanel.asgi import application
 from deployments.models import Deployment
 from monitoring import selectors, worker
+from monitoring.history import MINUTE_MS
 from tests.monitoring_web.conftest import fill_history, registered
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -128,4 +131,39 @@ async def test_all_hosts_group_and_minute_window(viewer, host_name, sim4) -> Non
     await sync_to_async(worker.publish)(host_name, sim4.sample(), sim4, {})
     message = await _next_of(comm, "sample", host_name)
     assert [g["i"] for g in message["g"]] == [0, 1, 2, 3]
+    await comm.disconnect()
+
+
+def _minute_of_history(host: str, backend: Any, agent: worker.HostAgent) -> int:
+    """Six samples in the previous minute and one after it, so that the minute is aggregated."""
+    minute_ms = time.time_ns() // 1_000_000 // MINUTE_MS * MINUTE_MS - MINUTE_MS
+    store = selectors.history()
+    for k in range(6):
+        sample = dataclasses.replace(backend.sample(), ts_ms=minute_ms + k * 10_000)
+        if k == 0:
+            agent.publish(sample)  # stores the attribution map the aggregation reads
+        store.append(host, sample)
+    store.append(host, dataclasses.replace(backend.sample(), ts_ms=minute_ms + MINUTE_MS))
+    return minute_ms
+
+
+async def test_day_backfill_keeps_the_memory_split(viewer, host_name, sim4, engine_process) -> None:
+    host_row = await sync_to_async(registered)(host_name, sim4)
+    await sync_to_async(_deployment_on)(host_row, viewer, engine_process.pid)
+    sim4.attach(engine_process.pid, [0, 1], 20 * GIB_MIB * 1024 * 1024, 90.0, name="vllm")
+    agent = worker.HostAgent(host_name, sim4, selectors.history())
+    await sync_to_async(agent.beat)()
+    minute_ms = await sync_to_async(_minute_of_history)(host_name, sim4, agent)
+
+    comm = await _connect(viewer, f"?window=24h&host={host_name}")
+    [host] = (await _next_of(comm, "backfill", host_name))["hosts"]
+    assert host["res_s"] == 60 and host["t"] == [minute_ms]
+    for index in ("0", "1"):
+        series = host["g"][index]
+        assert series["dm"] == {"llama-tp2": [20 * GIB_MIB]}
+        assert abs(series["mo"][0] + 20 * GIB_MIB - series["m"][0]) <= 1
+    assert host["g"]["2"]["dm"] == {} and host["g"]["2"]["mo"] == host["g"]["2"]["m"]
+    await comm.send_json_to({"type": "window", "window": "7d"})
+    week = (await _next_of(comm, "backfill", host_name))["hosts"][0]
+    assert week["w"] == "7d" and week["g"]["1"]["dm"] == {"llama-tp2": [20 * GIB_MIB]}
     await comm.disconnect()
