@@ -1,4 +1,7 @@
 // Live GPU dashboard: one websocket (/ws/gpus/), a backfill per window, then every sample.
+// A host that registers after the backfill (a "host" event, or a sample from a host we do not
+// know) is asked for on the same socket and gets its own section. Memory charts stack the
+// split by deployment in every window (the 1-minute series keeps it too).
 // Vanilla JS on the vendored plotly.min.js; no build step.
 (function () {
   "use strict";
@@ -8,6 +11,7 @@
   const BACKOFF_MIN_MS = 500;
   const BACKOFF_MAX_MS = 8000;
   const STALE_MS = 15000;
+  const HOST_RETRY_MS = 5000;
   const METRICS = [
     { key: "u", title: "Utilization (%)", range: [0, 100] },
     { key: "m", title: "Memory (MiB)" },
@@ -23,7 +27,7 @@
   const root = document.getElementById("gpu-dashboard");
   if (!root) return;
   const statusEl = document.getElementById("ws-status");
-  const state = { window: root.dataset.window || "5m", ws: null, backoffMs: BACKOFF_MIN_MS, hosts: new Map(), stopped: false };
+  const state = { window: root.dataset.window || "5m", ws: null, backoffMs: BACKOFF_MIN_MS, hosts: new Map(), asked: new Map(), stopped: false };
 
   function el(tag, attrs, text) {
     const node = document.createElement(tag);
@@ -177,6 +181,7 @@
     state.window = msg.w;
     root.querySelectorAll("button[data-window]").forEach((b) => b.classList.toggle("primary", b.dataset.window === msg.w));
     msg.hosts.forEach((host) => {
+      state.asked.delete(host.h);
       const card = hostCard(host.h);
       const live = card.querySelector(".gpu-live");
       live.replaceChildren();
@@ -220,9 +225,18 @@
     return Plotly.extendTraces(gpu.charts[key], { x: x, y: ys }, ys.map((_, i) => i), MAX_POINTS[state.window]);
   }
 
+  // A host we have no section for: ask the server for its backfill (once per HOST_RETRY_MS).
+  function askForHost(name) {
+    const ws = state.ws;
+    const asked = state.asked.get(name);
+    if (!ws || ws.readyState !== WebSocket.OPEN || (asked && Date.now() - asked < HOST_RETRY_MS)) return;
+    state.asked.set(name, Date.now());
+    ws.send(JSON.stringify({ type: "host", h: name }));
+  }
+
   function onSample(msg) {
     const view = state.hosts.get(msg.h);
-    if (!view) return; // a host registered after our backfill: the next backfill brings it
+    if (!view) { askForHost(msg.h); return; }
     view.lastSampleMs = Date.now();
     setOnline(view, true);
     if (msg.rows) renderRows(view, msg.rows);
@@ -258,6 +272,7 @@
       const msg = JSON.parse(event.data);
       if (msg.type === "backfill") onBackfill(msg);
       else if (msg.type === "sample") onSample(msg);
+      else if (msg.type === "host") askForHost(msg.h); // (re)registered: its GPUs may be new
       else if (msg.type === "error") console.warn("gpus websocket:", msg.error);
     };
     ws.onclose = (event) => {

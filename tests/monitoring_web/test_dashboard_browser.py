@@ -6,9 +6,12 @@ import time
 
 import pytest
 
+from monitoring.history import minute_key, owners_key, raw_key
 from monitoring.models import Host
 from tests.conftest import login, wait_for
-from tests.monitoring_web.conftest import SPEC4
+from tests.monitoring_web.conftest import SPEC4, unique_host
+
+SPEC2 = "2xRTX4090-24GB@pcie"
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker]
 
@@ -87,3 +90,34 @@ def test_topology_link_from_dashboard(page, asgi_server, viewer) -> None:
     page.click("#topology-link")
     assert page.locator("h1").inner_text() == "GPU topology"
     assert page.locator("dl.legend").is_visible()
+
+
+def test_a_host_that_registers_later_appears_without_reload(
+    page, asgi_server, host_worker, viewer, host_name, redis_client
+) -> None:
+    late = unique_host("late")
+    try:
+        _start(host_worker, host_name)
+        wait_for(lambda: Host.objects.filter(name=host_name).exists(), timeout_s=30)
+        login(page, asgi_server, viewer.username)
+        page.wait_for_function(
+            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 4", arg=host_name
+        )
+        page.evaluate("window.sameDocument = true")
+        assert page.locator(f'section.host[data-host="{late}"]').count() == 0
+
+        host_worker(late, GPU_BACKEND="simulated", SIMULATED_GPUS=SPEC2, HEARTBEAT_INTERVAL_S="1")
+        page.wait_for_function(
+            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 2",
+            arg=late,
+            timeout=30_000,
+        )
+        card = page.locator(f'section.host[data-host="{late}"]')
+        assert card.locator("table.smi tbody tr").count() == 2
+        assert "RTX 4090" in card.locator("table.smi tbody tr").nth(0).inner_text()
+        assert card.locator("h2 .badge.sim").inner_text() == "simulated GPUs"
+        assert page.evaluate("window.sameDocument") is True  # no reload happened
+        before = _points(page, late)
+        wait_for(lambda: _all_grew(page, late, before), timeout_s=5, interval_s=0.1)
+    finally:
+        redis_client.delete(raw_key(late), minute_key(late), owners_key(late))
