@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
+from deployments.catalog_selectors import concurrency_text
 from deployments.memory import memory_table
 from deployments.models import Deployment, Status
 from monitoring.models import Host
@@ -58,4 +59,14 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "memory": memory_table(deployment),
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,
+        "plan_figures": plan_figures(deployment.plan),
+    }
+
+
+def plan_figures(plan: dict[str, Any]) -> dict[str, str]:
+    """The plan's KV cache tokens and max concurrency as people read them (305,855,280)."""
+    tokens, concurrency = plan.get("kv_cache_tokens"), plan.get("max_concurrency")
+    return {
+        "kv_cache_tokens": "?" if tokens is None else f"{int(tokens):,}",
+        "max_concurrency": "?" if concurrency is None else concurrency_text(float(concurrency)),
     }

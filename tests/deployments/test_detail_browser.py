@@ -4,7 +4,9 @@ from monitoring, then the engine is killed and the page says so without a reload
 from __future__ import annotations
 
 import os
+import re
 import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +30,31 @@ def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Any:
     return root
 
 
+def assert_fits_the_viewport(page: Any, shots: Path) -> None:
+    """Nothing wider than the window (no clipped right column), at a desktop and a laptop size."""
+    for width, height in ((1400, 900), (1000, 800)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.screenshot(path=str(shots / f"detail-{width}x{height}.png"), full_page=True)
+        overflow = page.evaluate(
+            """() => ({scroll: document.documentElement.scrollWidth, inner: window.innerWidth,
+                wide: [...document.querySelectorAll('main *')]
+                    .filter(e => e.getBoundingClientRect().right > window.innerWidth + 0.5)
+                    .filter(e => !e.closest('.table-scroll, pre'))
+                    .map(e => e.tagName + '#' + e.id + '.' + e.className).slice(0, 5)})"""
+        )
+        assert overflow["scroll"] <= overflow["inner"], overflow
+        assert overflow["wide"] == [], overflow
+    kv_tokens = page.locator("#kv-tokens").inner_text()
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", kv_tokens), kv_tokens  # thousands separators
+
+
 def test_memory_table_and_live_failure(
-    host_worker: Any, model_root: Any, asgi_server: LiveServer, page: Any, operator: Any
+    host_worker: Any,
+    model_root: Any,
+    asgi_server: LiveServer,
+    page: Any,
+    operator: Any,
+    tmp_path: Path,
 ) -> None:
     worker = host_worker(
         HOST,
@@ -76,6 +101,7 @@ def test_memory_table_and_live_failure(
         timeout=20_000,
     )
     assert page.locator(f"{row} td[data-col=difference]").inner_text() == "+0.00 GiB"
+    assert_fits_the_viewport(page, tmp_path)
 
     os.killpg(d.pgid, signal.SIGKILL)
     page.wait_for_selector("#diagnosis", timeout=15_000)  # the status push reloads the page
