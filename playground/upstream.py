@@ -8,11 +8,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpcore
 import httpx
 from django.conf import settings
-
-from playground.netio import AsyncioBackend
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
@@ -36,21 +33,11 @@ def shared_client() -> httpx.AsyncClient:
     client = _clients.get(loop)
     if client is None or client.is_closed:
         timeout = httpx.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
-        client = httpx.AsyncClient(timeout=timeout, transport=_transport(), trust_env=False)
+        client = httpx.AsyncClient(
+            timeout=timeout, transport=httpx.AsyncHTTPTransport(limits=LIMITS), trust_env=False
+        )
         _clients[loop] = client
     return client
-
-
-def _transport() -> httpx.AsyncHTTPTransport:
-    transport = httpx.AsyncHTTPTransport(limits=LIMITS)
-    # httpx 0.28 (pinned) takes no network backend; its pool is built the same way, with ours.
-    transport._pool = httpcore.AsyncConnectionPool(
-        max_connections=LIMITS.max_connections,
-        max_keepalive_connections=LIMITS.max_keepalive_connections,
-        keepalive_expiry=LIMITS.keepalive_expiry,
-        network_backend=AsyncioBackend(),
-    )
-    return transport
 
 
 @dataclass(frozen=True, slots=True)

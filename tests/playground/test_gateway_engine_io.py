@@ -1,4 +1,4 @@
-"""The gateway's own connections to engines (playground.netio): reuse, hang-ups, timeouts."""
+"""The gateway's own connections to engines (a shared httpx client): reuse, hang-ups, timeouts."""
 
 from __future__ import annotations
 
