@@ -15,8 +15,8 @@ from typing import Any
 
 from django.conf import settings
 from django.core.handlers.asgi import ASGIHandler
-from django.core.handlers.exception import convert_exception_to_response
-from django.http import HttpRequest, HttpResponseBase
+from django.core.handlers.exception import convert_exception_to_response, response_for_exception
+from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 PREFIX = "/v1/"
 
@@ -34,13 +34,31 @@ class GatewayHandler(ASGIHandler):
         self._middleware_chain = convert_exception_to_response(self._lean)
 
     async def _lean(self, request: HttpRequest) -> HttpResponseBase:
-        request.get_host()  # DisallowedHost → 400, as CommonMiddleware would answer
-        response = await self._get_response_async(request)
+        try:
+            request.get_host()  # DisallowedHost → 400, as CommonMiddleware would answer
+            response = await self._get_response_async(request)
+        except Exception as exc:  # Django logs it and picks the status; the body is an API's
+            response = as_api_error(response_for_exception(request, exc))
         response.setdefault("X-Content-Type-Options", "nosniff")
         response.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
         if settings.SECURE_REFERRER_POLICY:
             response.setdefault("Referrer-Policy", settings.SECURE_REFERRER_POLICY)
         return response
+
+
+API_ERRORS = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error"}
+
+
+def as_api_error(response: HttpResponseBase) -> HttpResponseBase:
+    """An OpenAI-style JSON error instead of Django's HTML error page (no traceback, ever)."""
+    if response.get("Content-Type", "").startswith("application/json"):
+        return response
+    status = response.status_code
+    message = "Not found." if status == 404 else response.reason_phrase or "Error."
+    if status >= 500:
+        message = "Internal error in Shardboard's gateway; it is logged on the server."
+    kind = API_ERRORS.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return JsonResponse({"error": {"message": message, "type": kind}}, status=status)
 
 
 def with_gateway(django_app: Any) -> Any:

@@ -65,9 +65,23 @@ def test_the_lean_gateway_path_checks_the_host_and_sets_security_headers(
     url, headers = f"{server.url}/v1/chat/completions", bearer_for(operator)
     forged = httpx.post(url, json=CHAT, headers={**headers, "Host": "evil.example"})
     assert forged.status_code == 400 and stub.seen == []
+    assert forged.json()["error"]["type"] == "invalid_request_error"  # JSON, not an HTML page
     r = httpx.post(url, json=CHAT, headers=headers)
     assert r.status_code == 200
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["x-frame-options"] == "DENY"
     missing = httpx.post(f"{server.url}/v1/nothing-here", json=CHAT, headers=headers)
     assert missing.status_code == 404 and "Traceback" not in missing.text
+    assert missing.json() == {"error": {"message": "Not found.", "type": "not_found_error"}}
+
+
+def test_gateway_errors_are_json_without_internals() -> None:
+    from django.http import HttpResponse, HttpResponseServerError
+
+    from playground.asgi import as_api_error
+
+    crash = as_api_error(HttpResponseServerError("<h1>Server Error (500)</h1>"))
+    assert crash.status_code == 500 and crash["Content-Type"] == "application/json"
+    assert b"Internal error" in crash.content and b"<h1>" not in crash.content
+    already = HttpResponse(b'{"error": {}}', content_type="application/json", status=429)
+    assert as_api_error(already) is already
