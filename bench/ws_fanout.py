@@ -82,12 +82,12 @@ async def _client_main(urls: list[str], cookie: str) -> None:
     async def one(url: str, ready: asyncio.Event) -> None:
         async with gate:
             task = asyncio.create_task(_client(url, cookie, latencies, ready))
-            await asyncio.wait_for(ready.wait(), 60)
+            await asyncio.wait_for(ready.wait(), 300)
         await task
 
     start = time.monotonic()
     tasks = [asyncio.create_task(one(u, e)) for u, e in zip(urls, events, strict=True)]
-    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 180)
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in events)), 600)
     print(json.dumps({"ready": round(time.monotonic() - start, 2)}), flush=True)
     loop = asyncio.get_running_loop()
     seconds = float(await loop.run_in_executor(None, sys.stdin.readline))

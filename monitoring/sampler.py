@@ -40,7 +40,7 @@ def next_tick(start_s: float, now_s: float, interval_s: float, last_tick: int) -
 
 
 def fan_out(*sinks: Sink) -> Sink:
-    """One sink feeding several (history, channel layer): a failing one does not starve the
+    """One sink feeding several (history, live streams): a failing one does not starve the
     others; the first failure is re-raised afterwards so the loop logs and counts it."""
 
     def sink(sample: HostSample) -> None:
