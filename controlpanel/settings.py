@@ -87,7 +87,16 @@ CHANNEL_LAYERS = {
         "CONFIG": {
             # channels_redis blocks 5 s in BZPOPMIN; redis-py 8's default 5 s socket timeout would
             # end that read first and kill every idle consumer, so the read timeout is longer.
-            "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}],
+            # redis-py 8 caps a pool at 100 connections and raises past it: a reconnect storm of
+            # a few hundred browsers (each joins a group on connect) needs more.
+            "hosts": [
+                {
+                    "address": REDIS_URL,
+                    "socket_timeout": 15,
+                    "socket_connect_timeout": 2,
+                    "max_connections": 2000,
+                }
+            ],
             "prefix": "shardboard.asgi",
             "capacity": 500,
         },
