@@ -69,6 +69,7 @@ def test_own_token_reaches_the_engine_only(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("SHARDBOARD_VLLM_BIN", str(STUB_ENGINE))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # scripts/test.sh exports it as "0"
     d = deployment_create(user=operator, request=request_for(LLAMA), hub_token=TOKEN)
     assert d.hub_token_sealed and TOKEN not in d.hub_token_sealed
     assert runner.launch(d.pk).get("running") == d.pk  # this process plays the host worker
