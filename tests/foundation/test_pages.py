@@ -29,3 +29,16 @@ def test_redis_down_still_renders(client: Client, viewer, settings) -> None:
     page = client.get("/")
     assert page.status_code == 200
     assert b"Live data is unavailable" in page.content
+
+
+def test_every_page_of_the_menu_renders_for_an_admin(client: Client, admin_user) -> None:
+    """A template error on a page no other test opens is still a 500 for every user."""
+    client.force_login(admin_user)
+    pages = ["/", "/deployments/", "/deployments/new/", "/models/", "/playground/", "/audit/"]
+    pages += ["/gpus/topology/"]
+    for path in pages:
+        response = client.get(path)
+        assert response.status_code == 200, (path, response.status_code)
+    admin_user.is_staff = admin_user.is_superuser = True  # what ensure_admin makes
+    admin_user.save()
+    assert client.get("/admin/").status_code == 200
