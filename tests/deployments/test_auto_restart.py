@@ -12,34 +12,17 @@ from django.test import Client, override_settings
 from django.utils import timezone
 
 from deployments import outcomes, planning, runner
-from deployments.demo_model import make_tiny_llama
 from deployments.models import Deployment, GpuLease, Status
 from deployments.services import LaunchRequest, deployment_create, deployment_stop
 from monitoring.models import Host
 from tests.conftest import wait_for
+from tests.deployments.conftest import start_sim_worker
 
 HOST = "restarthost"
 
 
-@pytest.fixture
-def model_root(tmp_path_factory, settings):
-    root = tmp_path_factory.mktemp("models")
-    make_tiny_llama(root / "tiny")
-    settings.MODEL_ROOTS = [root]
-    return root
-
-
 def start_worker(host_worker, model_root, **env: str):
-    env = {
-        "GPU_BACKEND": "simulated",
-        "SIMULATED_GPUS": "4xH100-80GB@nvlink",
-        "MODEL_ROOTS": str(model_root),
-        "HEARTBEAT_INTERVAL_S": "1",
-        **env,
-    }
-    proc = host_worker(HOST, **env)
-    wait_for(lambda: Host.objects.filter(name=HOST, gpus__isnull=False).exists(), timeout_s=60)
-    return proc
+    return start_sim_worker(host_worker, HOST, model_root, **env)
 
 
 def launch(operator, name: str, auto_restart: bool | None = True) -> Deployment:

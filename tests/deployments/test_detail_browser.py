@@ -12,22 +12,13 @@ from typing import Any
 import pytest
 
 from deployments import planning
-from deployments.demo_model import make_tiny_llama
 from deployments.models import Deployment, GpuLease
 from deployments.services import LaunchRequest, deployment_create
-from monitoring.models import Host
 from tests.conftest import LiveServer, login, wait_for
+from tests.deployments.conftest import start_sim_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.engine]
 HOST = "browserhost"
-
-
-@pytest.fixture
-def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Any:
-    root = tmp_path_factory.mktemp("models")
-    make_tiny_llama(root / "tiny")
-    settings.MODEL_ROOTS = [root]
-    return root
 
 
 def assert_fits_the_viewport(page: Any, shots: Path) -> None:
@@ -56,14 +47,7 @@ def test_memory_table_and_live_failure(
     operator: Any,
     tmp_path: Path,
 ) -> None:
-    worker = host_worker(
-        HOST,
-        GPU_BACKEND="simulated",
-        SIMULATED_GPUS="4xH100-80GB@nvlink",
-        MODEL_ROOTS=str(model_root),
-        HEARTBEAT_INTERVAL_S="1",
-    )
-    wait_for(lambda: Host.objects.filter(name=HOST, gpus__isnull=False).exists(), timeout_s=60)
+    worker = start_sim_worker(host_worker, HOST, model_root)
     d = deployment_create(
         user=operator,
         request=LaunchRequest(

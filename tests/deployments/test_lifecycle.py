@@ -11,36 +11,20 @@ from django.test import Client
 
 from controlpanel.models import AuditEvent
 from deployments import planning
-from deployments.demo_model import make_tiny_llama
 from deployments.memory import memory_table
 from deployments.models import Deployment, GpuLease, Status
 from deployments.services import DeploymentError, LaunchRequest, deployment_create, deployment_stop
 from monitoring.models import Host
 from tests.conftest import wait_for
+from tests.deployments.conftest import start_sim_worker
 
 pytestmark = [pytest.mark.worker, pytest.mark.engine]
 HOST = "e2ehost"
 
 
 @pytest.fixture
-def model_root(tmp_path_factory, settings):
-    root = tmp_path_factory.mktemp("models")
-    make_tiny_llama(root / "tiny")
-    settings.MODEL_ROOTS = [root]
-    return root
-
-
-@pytest.fixture
 def worker(host_worker, model_root):
-    env = {
-        "GPU_BACKEND": "simulated",
-        "SIMULATED_GPUS": "4xH100-80GB@nvlink",
-        "MODEL_ROOTS": str(model_root),
-        "HEARTBEAT_INTERVAL_S": "1",
-    }
-    proc = host_worker(HOST, **env)
-    wait_for(lambda: Host.objects.filter(name=HOST, gpus__isnull=False).exists(), timeout_s=60)
-    return proc
+    return start_sim_worker(host_worker, HOST, model_root)
 
 
 def launch(operator, name="tiny", **plan) -> Deployment:

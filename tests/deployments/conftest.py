@@ -1,0 +1,35 @@
+"""Shared by the tests that launch real engines: the tiny model's root and a simulated host."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployments.demo_model import make_tiny_llama
+from monitoring.models import Host
+from tests.conftest import wait_for
+
+
+@pytest.fixture
+def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Path:
+    """A model root with the tiny Llama at `local:0/tiny`, for this process and the worker."""
+    root = tmp_path_factory.mktemp("models")
+    make_tiny_llama(root / "tiny")
+    settings.MODEL_ROOTS = [root]
+    return root
+
+
+def start_sim_worker(host_worker: Any, host: str, model_root: Path, **env: str) -> Any:
+    """A real host worker on four simulated H100s, returned once its GPUs are registered."""
+    env = {
+        "GPU_BACKEND": "simulated",
+        "SIMULATED_GPUS": "4xH100-80GB@nvlink",
+        "MODEL_ROOTS": str(model_root),
+        "HEARTBEAT_INTERVAL_S": "1",
+        **env,
+    }
+    proc = host_worker(host, **env)
+    wait_for(lambda: Host.objects.filter(name=host, gpus__isnull=False).exists(), timeout_s=60)
+    return proc
