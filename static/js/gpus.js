@@ -165,12 +165,31 @@
     return gpu;
   }
 
+  function isGap(gpu, before, after) {
+    return before && after - before > Math.max(5000, 3 * gpu.resMs);
+  }
+
+  // A stretch with no samples (the worker was down) is drawn as a break, not a straight line.
+  function withGaps(gpu, t, ys) {
+    const out = [];
+    ys.forEach((y, i) => {
+      if (i > 0 && isGap(gpu, t[i - 1], t[i])) out.push(null);
+      out.push(y === undefined ? null : y);
+    });
+    return out;
+  }
+
   function fillFromSeries(gpu, t, series) {
     const b = emptyBuffer();
-    b.t = t.slice();
-    ["u", "bw", "m", "T", "p"].forEach((k) => { b[k] = (series[k] || []).slice(); });
-    b.mo = (series.mo || series.m || []).slice();
-    Object.entries(series.dm || {}).forEach(([name, ys]) => { b.dm[name] = ys.slice(); });
+    const stamps = [];
+    t.forEach((ts, i) => {
+      if (i > 0 && isGap(gpu, t[i - 1], ts)) stamps.push(t[i - 1] + 1);
+      stamps.push(ts);
+    });
+    b.t = stamps;
+    ["u", "bw", "m", "T", "p"].forEach((k) => { b[k] = withGaps(gpu, t, series[k] || t.map(() => null)); });
+    b.mo = withGaps(gpu, t, series.mo || series.m || t.map(() => null));
+    Object.entries(series.dm || {}).forEach(([name, ys]) => { b.dm[name] = withGaps(gpu, t, ys); });
     gpu.buf = b;
     gpu.lastT = t.length ? t[t.length - 1] : 0;
   }
@@ -205,7 +224,7 @@
 
   function pushPoint(gpu, t, g) {
     const b = gpu.buf;
-    const gap = gpu.lastT && t - gpu.lastT > Math.max(5000, 3 * gpu.resMs);
+    const gap = isGap(gpu, gpu.lastT, t);
     const stamps = gap ? [gpu.lastT + 1, t] : [t];
     const vals = (v) => (gap ? [null, v === undefined ? null : v] : [v === undefined ? null : v]);
     const limit = MAX_POINTS[state.window];

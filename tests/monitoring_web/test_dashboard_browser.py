@@ -121,3 +121,26 @@ def test_a_host_that_registers_later_appears_without_reload(
         wait_for(lambda: _all_grew(page, late, before), timeout_s=5, interval_s=0.1)
     finally:
         redis_client.delete(raw_key(late), minute_key(late), owners_key(late))
+
+
+def test_a_stretch_without_samples_is_a_break_in_the_lines(
+    page, asgi_server, viewer, host_name, sim4
+) -> None:
+    """The worker was down for a minute: the backfill's lines stop and start again."""
+    from monitoring.selectors import history
+    from tests.monitoring_web.conftest import registered
+
+    registered(host_name, sim4)
+    store, now_ms = history(), time.time_ns() // 1_000_000
+    for ago_s in (70, 69, 68, 3, 2, 1):
+        sample = sim4.sample()
+        store.append(host_name, type(sample)(ts_ms=now_ms - ago_s * 1000, gpus=sample.gpus))
+    login(page, asgi_server, viewer.username)
+    chart = f'section.host[data-host="{host_name}"] .chart[data-metric=u]'
+    page.wait_for_function(
+        "(sel) => { const d = document.querySelector(sel); return d && d.data && d.data.length }",
+        arg=chart,
+    )
+    y = page.evaluate("(sel) => document.querySelector(sel).data[0].y", chart)
+    assert len(y) == 7 and y[3] is None, y  # one break between the two stretches
+    assert all(v is not None for n, v in enumerate(y) if n != 3)
