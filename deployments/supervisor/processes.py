@@ -23,6 +23,7 @@ _PANEL_ONLY_ENV = frozenset(
     {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}
 )  # credentials inside URLs; an engine needing one gets it through the adapter's env
 SAME_START_S = 0.05  # create_time stored and read back (e.g. from a DB) may lose digits
+CHILD_EXIT_WAIT_S = 1.0  # child_exit on a child judged dead: how long to wait for its status
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # engines this process spawned, for reaping
 _CHILDREN_LOCK = threading.Lock()
 
@@ -155,13 +156,23 @@ def poll_exit(handle: EngineHandle) -> ExitInfo | None:
 def child_exit(pid: int) -> ExitInfo | None:
     """The real exit of an engine this process spawned and that has ended; None otherwise.
 
-    None for an engine still running and for one adopted from an earlier worker (not our
-    child: its exit status went to init and is unknowable here).
+    None for an engine still running (after waiting up to CHILD_EXIT_WAIT_S: call it for an
+    engine judged dead) and for one adopted from an earlier worker (not our child: its exit
+    status went to init and is unknowable here).
     """
     with _CHILDREN_LOCK:
         popen = _CHILDREN.get(pid)
-    code = None if popen is None else popen.poll()
-    return None if code is None else _exit_from_returncode(pid, code)
+    if popen is None:
+        return None
+    code = popen.poll()
+    if code is None:
+        # poll() also answers None while another thread (a Watcher, reap_children) holds the
+        # Popen's waitpid lock; wait() takes the lock, and returns at once for a dead child.
+        try:
+            code = popen.wait(timeout=CHILD_EXIT_WAIT_S)
+        except subprocess.TimeoutExpired:
+            return None
+    return _exit_from_returncode(pid, code)
 
 
 def forget_child(pid: int) -> None:
