@@ -78,6 +78,7 @@ class LiveHub:
         self._lock = asyncio.Lock()
         self._pubsub: Any = None  # redis.asyncio PubSub while connected
         self._task: asyncio.Task[None] | None = None
+        self._lost = False  # the connection broke and has not been made again yet
 
     @property
     def running(self) -> bool:
@@ -97,6 +98,7 @@ class LiveHub:
             try:
                 connection = await self._open()
             except (redis.RedisError, OSError) as exc:  # the reader keeps trying
+                self._lost = True
                 log.warning("live GPU samples: cannot subscribe yet (%s)", exc)
             self._task = asyncio.get_running_loop().create_task(
                 self._run(connection), name="gpu-live-hub"
@@ -145,7 +147,8 @@ class LiveHub:
             raise
         self._pubsub = pubsub
         self.connects += 1
-        if self.connects > 1:
+        if self._lost:  # not after an idle close (the last page left): only after a failure
+            self._lost = False
             log.info("live GPU samples: subscribed to %d stream(s) again", len(self.subscribers))
         return client, pubsub
 
@@ -160,6 +163,7 @@ class LiveHub:
                 delay = RETRY_MIN_S
                 await self._read(connection[1])
             except (redis.RedisError, OSError) as exc:
+                self._lost = True
                 log.warning(
                     "live GPU samples: Redis connection lost (%s); retrying in %.2f s", exc, delay
                 )
