@@ -67,12 +67,6 @@ def _hub_token(d: Deployment) -> str | None:
     return sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) or settings.HF_TOKEN or None
 
 
-# Kept for callers of the earlier names; the logic lives in `outcomes`.
-release = outcomes.release
-fail = outcomes.fail
-_move = outcomes.move
-
-
 def launch(deployment_id: int) -> dict[str, Any]:
     d = Deployment.objects.select_related("host", "created_by").get(pk=deployment_id)
     if d.status != Status.PENDING:
