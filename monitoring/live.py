@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 LIVE_PREFIX = f"{KEY_PREFIX}:live"
 RETRY_MIN_S = 0.25
 RETRY_MAX_S = 5.0
+CLOSE_TIMEOUT_S = 2.0
 POLL_S = 5.0  # how long one read waits before health checks get a turn
 
 
@@ -194,11 +195,14 @@ class LiveHub:
 
 
 async def _close(client: aioredis.Redis, pubsub: Any) -> None:
+    """Bounded: it also runs in a cancelled reader (an event loop shutting down), where a close
+    that waits on a connection interrupted mid-read must not hold the loop's shutdown up."""
     try:
-        await pubsub.aclose()
-        await client.aclose()
-    except (redis.RedisError, OSError) as exc:
-        log.debug("live GPU samples: closing the connection: %s", exc)
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            await pubsub.aclose()
+            await client.aclose()
+    except (redis.RedisError, OSError, TimeoutError) as exc:
+        log.debug("live GPU samples: closing the connection: %r", exc)
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub] = weakref.WeakKeyDictionary()
