@@ -254,7 +254,7 @@ async def measure(
 ) -> bool:
     auth = {"Authorization": f"Bearer {token}"}
     ok = True
-    for concurrency in LEVELS:
+    for concurrency in rounds:
         direct = await run_level(direct_url, {}, concurrency, rounds[concurrency], pids)
         proxied = await run_level(proxy_url, auth, concurrency, rounds[concurrency], pids)
         ok = report(concurrency, direct, proxied) and ok
@@ -282,12 +282,16 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=0, help="rounds per level (default: by level)"
     )
+    parser.add_argument(
+        "--levels", default=",".join(map(str, LEVELS)), help="concurrent streams, comma-separated"
+    )
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument(
         "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
     )
     args = parser.parse_args()
-    rounds = {c: args.rounds or {1: 30, 8: 6, 32: 3}[c] for c in LEVELS}
+    levels = [int(level) for level in args.levels.split(",")]
+    rounds = {c: args.rounds or {1: 30, 8: 6, 32: 3}.get(c, 3) for c in levels}
     upstream_port, server_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
         env = bench_env(Path(tmp))

@@ -47,7 +47,8 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
         call, length = capped_call(request.body, kind)
         target = await target_for(caller, call.model)
     except AccessError as exc:
-        await dbwork.wait(dbwork.submit(_audit_refusal, caller, exc, client_ip(request)))
+        refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
+        await dbwork.wait(refusal)
         raise
     from_playground = request.headers.get(PLAYGROUND_HEADER) == "1"
     return Exchange(caller, call, target, length, from_playground, client_ip(request), started_s)

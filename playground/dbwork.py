@@ -1,8 +1,15 @@
-"""Database work of the gateway, off the event loop, in this app's own small thread pool.
+"""Database work of the gateway, off the event loop, in this app's own threads.
 
-Work handed to the pool runs to the end even when the request that asked for it is cancelled
-(the client went away), and before the process exits normally (the pool's threads are joined
-at exit, after the queued work), so an audit row submitted here is not lost with its request.
+Reads (`in_thread`) run in a small pool. Writes (`submit`: the audit row and the run of each
+request) go to one writer thread that commits them in groups: what arrives within
+WRITE_GROUP_S of the first pending write shares one transaction, so a busy gateway pays one
+commit per group, not per request, and the write of a finished answer does not compete with
+the next request's first token. A waited-for write (the playground page shows the run's id)
+is committed at once, with whatever is pending.
+
+Work handed here runs to the end even when the request that asked for it is cancelled (the
+client went away), and before the process exits normally (the threads are joined at exit,
+after the queued work), so an audit row submitted here is not lost with its request.
 """
 
 from __future__ import annotations
@@ -11,14 +18,90 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections, transaction
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 POOL_THREADS = 4
+WRITE_GROUP_S = 0.05
+WRITE_GROUP_MAX = 500
+
+
+@dataclass(slots=True)
+class _Write:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    future: concurrent.futures.Future[Any]
+
+
+class GroupWriter:
+    """One thread; writes submitted close together are committed in one transaction."""
+
+    def __init__(self, window_s: float = WRITE_GROUP_S, max_group: int = WRITE_GROUP_MAX) -> None:
+        self.window_s, self.max_group = window_s, max_group
+        # The executor's one thread is joined at interpreter exit after its queued flushes.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, "playground-db-write")
+        self._lock = threading.Lock()
+        self._pending: list[_Write] = []
+        self._scheduled = False
+        self._now = threading.Event()  # a waited-for write is pending: no grouping delay
+
+    def submit(
+        self, fn: Callable[..., T], *args: Any, urgent: bool = False
+    ) -> concurrent.futures.Future[T]:
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        future.add_done_callback(_log_failure)
+        with self._lock:
+            self._pending.append(_Write(fn, args, future))
+            if urgent or len(self._pending) >= self.max_group:
+                self._now.set()
+            if not self._scheduled:
+                self._scheduled = True
+                self._executor.submit(self._flush)
+        return future
+
+    def close(self) -> None:
+        """Commit what is pending, close this thread's database connection, stop the thread."""
+        self._now.set()
+        self._executor.submit(connections.close_all).result()
+        self._executor.shutdown(wait=True)
+
+    def _flush(self) -> None:
+        self._now.wait(self.window_s)
+        with self._lock:
+            group, self._pending = self._pending, []
+            self._scheduled = False
+            self._now.clear()
+        close_old_connections()  # as Django does between requests
+        try:
+            results = self._commit_together(group)
+        except Exception:  # one bad write must not take the others with it: one by one
+            logger.warning("a group of %d gateway writes failed; retrying one by one", len(group))
+            for write in group:
+                self._commit_alone(write)
+        else:
+            for write, result in zip(group, results, strict=True):
+                write.future.set_result(result)
+
+    @staticmethod
+    def _commit_together(group: list[_Write]) -> list[Any]:
+        with transaction.atomic():
+            return [write.fn(*write.args) for write in group]
+
+    @staticmethod
+    def _commit_alone(write: _Write) -> None:
+        try:
+            with transaction.atomic():
+                result = write.fn(*write.args)
+        except Exception as exc:
+            write.future.set_exception(exc)
+        else:
+            write.future.set_result(result)
 
 
 def _new_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -26,27 +109,21 @@ def _new_pool() -> concurrent.futures.ThreadPoolExecutor:
 
 
 _pool = _new_pool()
+_writer = GroupWriter()
 
 
 def _after_fork() -> None:
-    # A forked child (test servers) inherits the pool object but none of its threads.
-    global _pool
-    _pool = _new_pool()
+    # A forked child (test servers) inherits the executors but none of their threads.
+    global _pool, _writer
+    _pool, _writer = _new_pool(), GroupWriter()
 
 
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def submit(fn: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-    """Start `fn(*args)` in the pool; failures are logged (nobody may be waiting for them)."""
-
-    def run() -> T:
-        close_old_connections()  # as Django does between requests
-        return fn(*args)
-
-    future = _pool.submit(run)
-    future.add_done_callback(_log_failure)
-    return future
+def submit(fn: Callable[..., T], *args: Any, urgent: bool = False) -> concurrent.futures.Future[T]:
+    """Write with `fn(*args)` soon (`urgent`: now); failures are logged (nobody may wait)."""
+    return _writer.submit(fn, *args, urgent=urgent)
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:

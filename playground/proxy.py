@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import httpx
+import httpx2 as httpx
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 class Recorder:
     """Records one request exactly once, whichever way it ends (done, failed, hung up).
 
-    The write is handed to the database pool at once and finishes even if the request is
-    cancelled meanwhile; only the playground page waits for it (it shows the run's id).
+    The write is handed to the database writer at once (committed with the others of the
+    next WRITE_GROUP_S) and finishes even if the request is cancelled meanwhile; the answers
+    that wait for it (the playground page shows the run's id, refusals) have it committed now.
     """
 
     def __init__(self, exchange: Exchange) -> None:
@@ -27,13 +28,15 @@ class Recorder:
     def done(self) -> bool:
         return self._future is not None
 
-    def record(self, outcome: Outcome) -> concurrent.futures.Future[int | None]:
+    def record(
+        self, outcome: Outcome, *, urgent: bool = False
+    ) -> concurrent.futures.Future[int | None]:
         if self._future is None:
-            self._future = dbwork.submit(record_now, self.exchange, outcome)
+            self._future = dbwork.submit(record_now, self.exchange, outcome, urgent=urgent)
         return self._future
 
     async def record_and_wait(self, outcome: Outcome) -> int | None:
-        return await dbwork.wait(self.record(outcome))
+        return await dbwork.wait(self.record(outcome, urgent=True))
 
 
 def record_now(exchange: Exchange, outcome: Outcome) -> int | None:

@@ -1,4 +1,8 @@
-"""The engine side of the gateway: one shared httpx.AsyncClient per process (event loop)."""
+"""The engine side of the gateway: one shared httpx client per process (event loop).
+
+httpx2 is the httpx 2 line (the client huggingface_hub already uses); its connection pool
+(httpcore2) runs here on playground.engine_net's plain-asyncio sockets.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpcore2
+import httpx2 as httpx
 from django.conf import settings
+
+from playground.engine_net import AsyncioBackend
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
 LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
@@ -33,11 +40,22 @@ def shared_client() -> httpx.AsyncClient:
     client = _clients.get(loop)
     if client is None or client.is_closed:
         timeout = httpx.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
-        client = httpx.AsyncClient(
-            timeout=timeout, transport=httpx.AsyncHTTPTransport(limits=LIMITS), trust_env=False
-        )
+        client = httpx.AsyncClient(timeout=timeout, transport=EngineTransport(), trust_env=False)
         _clients[loop] = client
     return client
+
+
+class EngineTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport, its httpcore pool on asyncio sockets (HTTP only: engines)."""
+
+    def __init__(self) -> None:
+        super().__init__(limits=LIMITS, trust_env=False)
+        self._pool = httpcore2.AsyncConnectionPool(  # what the parent built, another backend
+            max_connections=LIMITS.max_connections,
+            max_keepalive_connections=LIMITS.max_keepalive_connections,
+            keepalive_expiry=LIMITS.keepalive_expiry,
+            network_backend=AsyncioBackend(),
+        )
 
 
 @dataclass(frozen=True, slots=True)

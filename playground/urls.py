@@ -2,6 +2,12 @@ from django.urls import path
 
 from playground import views
 
+gateway_urlpatterns = [
+    path("v1/chat/completions", views.chat_completions, name="gateway-chat"),
+    path("v1/completions", views.completions, name="gateway-completions"),
+    path("v1/models", views.models_list, name="gateway-models"),
+]
+
 urlpatterns = [
     path("playground/", views.playground_index, name="playground"),
     path("playground/runs.json", views.runs_json, name="playground-runs"),
@@ -16,7 +22,5 @@ urlpatterns = [
         views.token_revoke,
         name="playground-token-revoke",
     ),
-    path("v1/chat/completions", views.chat_completions, name="gateway-chat"),
-    path("v1/completions", views.completions, name="gateway-completions"),
-    path("v1/models", views.models_list, name="gateway-models"),
+    *gateway_urlpatterns,
 ]
