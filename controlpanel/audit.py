@@ -38,9 +38,34 @@ def audit_record(
     request: HttpRequest | None = None,
     ip: str | None = None,
 ) -> AuditEvent:
+    event = audit_event(
+        actor=actor,
+        action=action,
+        target_type=target_type,
+        target_id=target_id,
+        detail=detail,
+        request=request,
+        ip=ip,
+    )
+    event.save()
+    return event
+
+
+def audit_event(
+    *,
+    actor: Any,
+    action: str,
+    target_type: str = "",
+    target_id: str | int = "",
+    detail: dict[str, Any] | None = None,
+    request: HttpRequest | None = None,
+    ip: str | None = None,
+) -> AuditEvent:
+    """The row audit_record writes, scrubbed and not yet saved (for writers that insert many
+    rows at once: playground.dbwork)."""
     user = actor if getattr(actor, "is_authenticated", False) else None
     name = user.get_username() if user is not None else str((detail or {}).get("username", ""))
-    return AuditEvent.objects.create(
+    return AuditEvent(
         actor=user,
         actor_name=name[:150],
         action=action,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from django.conf import settings
+from django.db.models import Model
 from django.http import HttpRequest
 
 from controlpanel.audit import client_ip
@@ -64,16 +65,12 @@ def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
 
 
 async def target_for(caller: Caller, name: str) -> Target:
-    target = targets.get(name)
-    if target is None:
-        lookup = partial(selectors.gateway_target, user=caller.user, name=name)
-        target = await dbwork.in_thread(lookup)
-        targets.put(name, target)
-    return target
+    lookup = partial(selectors.gateway_target, user=caller.user, name=name)
+    return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
 
 
-def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> None:
-    services.gateway_audit(
+def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> list[Model]:
+    row = services.gateway_audit_row(
         user=caller.user,
         via=caller.via,
         call=None,
@@ -81,3 +78,4 @@ def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> None:
         outcome=Outcome(exc.kind, exc.status, error=exc.message),
         ip=ip,
     )
+    return [row]

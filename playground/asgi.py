@@ -4,29 +4,28 @@ Django's middlewares are synchronous: through the full stack every gateway reque
 about 16 thread hops before its first byte (measured: bench/proxy_overhead.py). The gateway
 needs none of them: its views authenticate themselves (token, or session + CSRF through
 Django's own session store, `auth.get_user` and CSRF check: playground.access). This handler
-keeps the rest of Django (URL resolution, the same views, exception handling, signals) and
-adds what those middlewares would have added to an API response: the allowed-hosts check
-and the security headers. Per request it also saves Django's two thread hops for the request
-signals, resolves against the gateway's own three patterns, and relays a stream's chunks with
-one await each (measured: bench/proxy_overhead.py; each was worth 0.1–0.6 ms a request).
+keeps the rest of Django (URL resolution, the same views, exception handling) and adds what
+those middlewares would have added to an API response: the allowed-hosts check and the
+security headers. It also skips the request signals (see GatewayHandler.handle), resolves
+against the gateway's own three patterns, and relays a stream with one await per chunk
+(measured with bench/proxy_overhead.py: each was worth 0.1–0.6 ms a request).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from contextlib import aclosing
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.core import signals
 from django.core.exceptions import RequestAborted
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
-from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.urls import get_resolver, set_script_prefix
 
+logger = logging.getLogger(__name__)
 PREFIX = "/v1/"
 URLCONF = "playground.gateway_urls"
 
@@ -38,28 +37,28 @@ class GatewayHandler(ASGIHandler):
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         # No per-request ThreadSensitiveContext: it starts a thread for every request only to
-        # run the request signals' receivers, which run inline here (see handle).
+        # run the request signals' receivers, which this handler does not send (see handle).
         await self.handle(scope, receive, send)
 
     async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Django's ASGIHandler.handle, with the request signals' sync receivers run inline.
+        """Django's ASGIHandler.handle, without the request_started/request_finished signals.
 
-        Django runs them (close_old_connections, reset_queries) in a thread: two thread hops
-        per request. This event loop thread never holds a database connection (the gateway's
-        database work runs in playground.dbwork's threads, which close their own), so inline
-        they have nothing to wait for. An async receiver still gets awaited.
+        Their receivers (close_old_connections, reset_queries, close_caches) tidy the request
+        thread's database connections and caches; this event loop thread never has any (the
+        gateway's database work runs in playground.dbwork's threads, which close their own),
+        yet walking them cost about 6 % of the gateway's CPU (asgiref locals). Measured with
+        bench/proxy_overhead.py and py-spy.
         """
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
         set_script_prefix(get_script_prefix(scope))
-        await _send(signals.request_started, sender=self.__class__, scope=scope)
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             body_file.close()
             await self.send_response(error_response, send)
-            await _close(error_response)
+            _close_resources(error_response)
             return
         request.urlconf = URLCONF
 
@@ -89,12 +88,8 @@ class GatewayHandler(ASGIHandler):
                     await task
                 except asyncio.CancelledError:
                     pass
-        try:
-            response = processor.result()
-        except asyncio.CancelledError:
-            await _send(signals.request_finished, sender=self.__class__)
-        else:
-            await _close(response)
+        if not processor.cancelled():
+            _close_resources(processor.result())
         body_file.close()
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
@@ -134,23 +129,14 @@ class GatewayHandler(ASGIHandler):
         return response
 
 
-async def _send(signal: Signal, **named: Any) -> None:
-    if _has_async_receivers(signal, named["sender"]):
-        await signal.asend(**named)
-    else:
-        signal.send(**named)
-
-
-async def _close(response: HttpResponseBase) -> None:
-    """response.close() sends request_finished; inline unless an async receiver listens."""
-    if _has_async_receivers(signals.request_finished, response._handler_class):
-        await sync_to_async(response.close)()
-    else:
-        response.close()
-
-
-def _has_async_receivers(signal: Signal, sender: Any) -> bool:
-    return bool(signal.receivers) and bool(signal._live_receivers(sender)[1])
+def _close_resources(response: HttpResponseBase) -> None:
+    """What response.close() does, less sending request_finished (see GatewayHandler.handle)."""
+    for closer in response._resource_closers:
+        try:
+            closer()
+        except Exception:
+            logger.exception("closing a gateway response's resource failed")
+    response._resource_closers.clear()
 
 
 API_ERRORS = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error"}

@@ -1,10 +1,10 @@
 """Database work of the gateway, off the event loop, in this app's own threads.
 
 Reads (`in_thread`) run in a small pool. Writes (`submit`: the audit row and the run of each
-request) go to one writer thread that commits them in groups: what arrives within
-WRITE_GROUP_S of the first pending write shares one transaction, so a busy gateway pays one
-commit per group, not per request, and the write of a finished answer does not compete with
-the next request's first token. A waited-for write (the playground page shows the run's id)
+request) go to one writer thread that inserts them in groups: the rows that arrive within
+WRITE_GROUP_S of the first pending one share one transaction and one INSERT per table, so a
+busy gateway pays one commit per group, not per request, and the write of a finished answer
+does not compete with the next request's first token. A waited-for write (the playground page shows the run's id)
 is committed at once, with whatever is pending.
 
 Work handed here runs to the end even when the request that asked for it is cancelled (the
@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import close_old_connections, connections, transaction
+from django.db import close_old_connections, connections, models, transaction
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -32,15 +32,18 @@ WRITE_GROUP_S = 0.05
 WRITE_GROUP_MAX = 500
 
 
+Rows = list[models.Model]
+
+
 @dataclass(slots=True)
 class _Write:
-    fn: Callable[..., Any]
+    build: Callable[..., Rows]
     args: tuple[Any, ...]
-    future: concurrent.futures.Future[Any]
+    future: concurrent.futures.Future[Rows]
 
 
 class GroupWriter:
-    """One thread; writes submitted close together are committed in one transaction."""
+    """One thread; rows submitted close together are inserted in one transaction."""
 
     def __init__(self, window_s: float = WRITE_GROUP_S, max_group: int = WRITE_GROUP_MAX) -> None:
         self.window_s, self.max_group = window_s, max_group
@@ -52,12 +55,13 @@ class GroupWriter:
         self._now = threading.Event()  # a waited-for write is pending: no grouping delay
 
     def submit(
-        self, fn: Callable[..., T], *args: Any, urgent: bool = False
-    ) -> concurrent.futures.Future[T]:
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self, build: Callable[..., Rows], *args: Any, urgent: bool = False
+    ) -> concurrent.futures.Future[Rows]:
+        """Insert the unsaved rows `build(*args)` returns; the future has them, saved."""
+        future: concurrent.futures.Future[Rows] = concurrent.futures.Future()
         future.add_done_callback(_log_failure)
         with self._lock:
-            self._pending.append(_Write(fn, args, future))
+            self._pending.append(_Write(build, args, future))
             if urgent or len(self._pending) >= self.max_group:
                 self._now.set()
             if not self._scheduled:
@@ -78,30 +82,47 @@ class GroupWriter:
             self._scheduled = False
             self._now.clear()
         close_old_connections()  # as Django does between requests
-        try:
-            results = self._commit_together(group)
-        except Exception:  # one bad write must not take the others with it: one by one
-            logger.warning("a group of %d gateway writes failed; retrying one by one", len(group))
-            for write in group:
-                self._commit_alone(write)
-        else:
-            for write, result in zip(group, results, strict=True):
-                write.future.set_result(result)
-
-    @staticmethod
-    def _commit_together(group: list[_Write]) -> list[Any]:
-        with transaction.atomic():
-            return [write.fn(*write.args) for write in group]
-
-    @staticmethod
-    def _commit_alone(write: _Write) -> None:
+        built = [(write, rows) for write in group if (rows := _build(write)) is not None]
         try:
             with transaction.atomic():
-                result = write.fn(*write.args)
-        except Exception as exc:
-            write.future.set_exception(exc)
+                _insert([row for _, rows in built for row in rows])
+        except Exception:  # one bad row must not take the others with it: one by one
+            logger.warning("a group of %d gateway writes failed; retrying one by one", len(built))
+            for write, rows in built:
+                _insert_alone(write, rows)
         else:
-            write.future.set_result(result)
+            for write, rows in built:
+                write.future.set_result(rows)
+
+
+def _build(write: _Write) -> Rows | None:
+    try:
+        return write.build(*write.args)
+    except Exception as exc:
+        write.future.set_exception(exc)
+        return None
+
+
+def _insert(rows: Rows) -> None:
+    """One INSERT per model, in submission order (ids follow it)."""
+    by_model: dict[type[models.Model], Rows] = {}
+    for row in rows:
+        by_model.setdefault(type(row), []).append(row)
+    for model, model_rows in by_model.items():
+        model._default_manager.bulk_create(model_rows)
+
+
+def _insert_alone(write: _Write, rows: Rows) -> None:
+    for row in rows:  # a rolled-back group may have handed out ids already
+        row.pk = None
+        row._state.adding = True
+    try:
+        with transaction.atomic():
+            _insert(rows)
+    except Exception as exc:
+        write.future.set_exception(exc)
+    else:
+        write.future.set_result(rows)
 
 
 def _new_pool() -> concurrent.futures.ThreadPoolExecutor:
@@ -121,9 +142,11 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def submit(fn: Callable[..., T], *args: Any, urgent: bool = False) -> concurrent.futures.Future[T]:
-    """Write with `fn(*args)` soon (`urgent`: now); failures are logged (nobody may wait)."""
-    return _writer.submit(fn, *args, urgent=urgent)
+def submit(
+    build: Callable[..., Rows], *args: Any, urgent: bool = False
+) -> concurrent.futures.Future[Rows]:
+    """Insert the rows `build(*args)` makes, soon (`urgent`: now); failures are logged."""
+    return _writer.submit(build, *args, urgent=urgent)
 
 
 async def in_thread(fn: Callable[..., T], *args: Any) -> T:

@@ -18,6 +18,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
+REDIS_TIMEOUT_S = 1.0
 
 _ACQUIRE = """
 local now = redis.call('TIME')
@@ -38,9 +39,9 @@ def _redis_and_script() -> tuple[aioredis.Redis, AsyncScript]:
     loop = asyncio.get_running_loop()
     pair = _clients.get(loop)
     if pair is None:
-        client = aioredis.Redis.from_url(
-            settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1.0
-        )
+        # No socket_timeout: redis-py would start a task per command for it (asyncio.wait_for);
+        # the calls below are bounded by one asyncio.timeout each instead.
+        client = aioredis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5)
         pair = (client, client.register_script(_ACQUIRE))  # EVALSHA: the script is sent once
         _clients[loop] = pair
     return pair
@@ -64,8 +65,9 @@ class Slot:
         if not self.enforced:
             return
         try:
-            await _redis().zrem(self.key, self.member)
-        except RedisError as exc:
+            async with asyncio.timeout(REDIS_TIMEOUT_S):
+                await _redis().zrem(self.key, self.member)
+        except (RedisError, TimeoutError) as exc:
             logger.warning("playground slot %s not released (expires by TTL): %s", self.key, exc)
 
 
@@ -76,8 +78,9 @@ async def slot_acquire(user_id: int, *, limit: int, ttl_s: float) -> Slot | None
     """
     key, member = slot_key(user_id), uuid.uuid4().hex
     try:
-        granted = await _redis_and_script()[1](keys=[key], args=[limit, ttl_s, member])
-    except RedisError as exc:
+        async with asyncio.timeout(REDIS_TIMEOUT_S):
+            granted = await _redis_and_script()[1](keys=[key], args=[limit, ttl_s, member])
+    except (RedisError, TimeoutError) as exc:
         logger.warning("playground concurrency limit not enforced, Redis unavailable: %s", exc)
         return Slot(key, member, enforced=False)
     return Slot(key, member, enforced=True) if granted == 1 else None

@@ -5,7 +5,10 @@ from __future__ import annotations
 import concurrent.futures
 from typing import TYPE_CHECKING
 
+from django.db.models import Model
+
 from playground import dbwork, services
+from playground.models import PlaygroundRun
 from playground.services import Outcome
 
 if TYPE_CHECKING:
@@ -22,7 +25,7 @@ class Recorder:
 
     def __init__(self, exchange: Exchange) -> None:
         self.exchange = exchange
-        self._future: concurrent.futures.Future[int | None] | None = None
+        self._future: concurrent.futures.Future[list[Model]] | None = None
 
     @property
     def done(self) -> bool:
@@ -30,19 +33,20 @@ class Recorder:
 
     def record(
         self, outcome: Outcome, *, urgent: bool = False
-    ) -> concurrent.futures.Future[int | None]:
+    ) -> concurrent.futures.Future[list[Model]]:
         if self._future is None:
-            self._future = dbwork.submit(record_now, self.exchange, outcome, urgent=urgent)
+            self._future = dbwork.submit(rows_of, self.exchange, outcome, urgent=urgent)
         return self._future
 
     async def record_and_wait(self, outcome: Outcome) -> int | None:
-        return await dbwork.wait(self.record(outcome, urgent=True))
+        """Recorded now; the run's id (None: not from the playground page)."""
+        return run_id(await dbwork.wait(self.record(outcome, urgent=True)))
 
 
-def record_now(exchange: Exchange, outcome: Outcome) -> int | None:
-    """The audit row, and the run when the playground page asked; the run's id."""
+def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:
+    """The audit row, and the run when the playground page asked."""
     target = exchange.target
-    services.gateway_audit(
+    audit = services.gateway_audit_row(
         user=exchange.caller.user,
         via=exchange.caller.via,
         call=exchange.call,
@@ -52,8 +56,12 @@ def record_now(exchange: Exchange, outcome: Outcome) -> int | None:
         ip=exchange.ip,
     )
     if not exchange.from_playground:
-        return None
-    run = services.run_record(
+        return [audit]
+    run = services.run_row(
         user=exchange.caller.user, deployment_name=target.name, call=exchange.call, outcome=outcome
     )
-    return run.pk
+    return [audit, run]
+
+
+def run_id(rows: list[Model]) -> int | None:
+    return next((row.pk for row in rows if isinstance(row, PlaygroundRun)), None)

@@ -10,7 +10,8 @@ from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
-from controlpanel.audit import audit_record
+from controlpanel.audit import audit_event, audit_record
+from controlpanel.models import AuditEvent
 from playground import tokens
 from playground.access import token_callers
 from playground.models import ApiToken, Mode, PlaygroundRun
@@ -73,7 +74,7 @@ class Outcome:
     answer: str = ""
 
 
-def gateway_audit(
+def gateway_audit_row(
     *,
     user: Any,
     via: str,
@@ -82,8 +83,9 @@ def gateway_audit(
     outcome: Outcome,
     length: LengthCap | None = None,
     ip: str | None = None,
-) -> None:
-    """One audit row per gateway request. Keys avoid 'token': the audit scrubber masks those."""
+) -> AuditEvent:
+    """The audit row of one gateway request, not yet saved (playground.dbwork inserts them in
+    groups). Keys avoid 'token': the audit scrubber masks those."""
     detail: dict[str, Any] = {
         "deployment": deployment[1] if deployment else (call.model if call else ""),
         "endpoint": call.path if call else "",
@@ -99,7 +101,7 @@ def gateway_audit(
         detail["error"] = outcome.error[:2000]
     if settings.AUDIT_PROMPTS and call is not None:
         detail["prompt"] = prompt_of(call)
-    audit_record(
+    return audit_event(
         actor=user,
         action="playground.request",
         target_type="deployment",
@@ -123,12 +125,13 @@ def _timing_detail(timings: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_record(
+def run_row(
     *, user: Any, deployment_name: str, call: GatewayCall, outcome: Outcome
 ) -> PlaygroundRun:
+    """The playground page's run of one gateway request, not yet saved (see gateway_audit)."""
     body = call.body
     chat = call.kind == "chat"
-    return PlaygroundRun.objects.create(
+    return PlaygroundRun(
         user=user,
         deployment_name=deployment_name[:63],
         mode=Mode.CHAT if chat else Mode.COMPLETION,

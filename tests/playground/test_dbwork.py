@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import connection
+from django.db import IntegrityError, connection
 
 from playground.dbwork import GroupWriter
 
@@ -27,60 +27,60 @@ def writers() -> Any:
         writer.close()
 
 
-def _create(name: str) -> int:
-    return Group.objects.create(name=name).pk
+def _group(name: str) -> list[Any]:
+    return [Group(name=name)]
 
 
-def _fail(name: str) -> Any:
-    Group.objects.create(name=name)
-    raise ValueError("this write fails")
+def _broken(name: str) -> list[Any]:
+    raise ValueError("this write cannot even be built")
 
 
-def _create_in(name: str) -> tuple[int, int]:
-    """The new row's id, and the id of the transaction that wrote it."""
-    pk = Group.objects.create(name=name).pk
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT txid_current()")
-        return pk, cursor.fetchone()[0]
+def _names() -> set[str]:
+    return set(Group.objects.values_list("name", flat=True))
 
 
 @pytest.mark.postgres
-def test_writes_close_together_share_one_commit_and_each_gets_its_result(writers: Any) -> None:
+def test_writes_close_together_share_one_transaction_in_order(writers: Any) -> None:
     if connection.vendor != "postgresql":
-        pytest.skip("transaction ids are read from PostgreSQL")
+        pytest.skip("the inserting transaction (xmin) is read from PostgreSQL")
     writer = writers(0.3)
-    futures = [writer.submit(_create_in, f"g{i}") for i in range(5)]
-    results = [f.result(timeout=5) for f in futures]
-    assert len({txid for _, txid in results}) == 1, "one transaction for the group"
-    pks = [pk for pk, _ in results]
-    assert pks == sorted(pks)  # written in the order they were submitted
-    names = set(Group.objects.values_list("name", flat=True))
-    assert {f"g{i}" for i in range(5)} <= names
+    futures = [writer.submit(_group, f"g{i}") for i in range(5)]
+    rows = [f.result(timeout=5)[0] for f in futures]
+    pks = [row.pk for row in rows]
+    assert None not in pks and pks == sorted(pks)  # ids follow the order of submission
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT xmin::text FROM auth_group WHERE id = ANY(%s)", [pks])
+        assert len(cursor.fetchall()) == 1, "one transaction for the group"
 
 
-def test_a_failing_write_loses_nothing_else_and_is_not_half_done(writers: Any) -> None:
+def test_a_failing_insert_loses_nothing_else(writers: Any) -> None:
+    Group.objects.create(name="taken")
     writer = writers(0.3)
-    good = writer.submit(_create, "kept-1")
-    bad = writer.submit(_fail, "rolled-back")
-    also_good = writer.submit(_create, "kept-2")
-    assert good.result(timeout=5) and also_good.result(timeout=5)
+    good = writer.submit(_group, "kept-1")
+    duplicate = writer.submit(_group, "taken")  # unique name: the INSERT fails
+    unbuildable = writer.submit(_broken, "never")
+    also_good = writer.submit(_group, "kept-2")
+    assert good.result(timeout=5)[0].pk and also_good.result(timeout=5)[0].pk
+    with pytest.raises(IntegrityError):
+        duplicate.result(timeout=5)
     with pytest.raises(ValueError):
-        bad.result(timeout=5)
-    names = set(Group.objects.values_list("name", flat=True))
-    assert {"kept-1", "kept-2"} <= names and "rolled-back" not in names
+        unbuildable.result(timeout=5)
+    assert {"kept-1", "kept-2"} <= _names()
+    assert Group.objects.filter(name="taken").count() == 1
 
 
 def test_an_urgent_write_does_not_wait_for_the_group_window(writers: Any) -> None:
     writer = writers(5.0)
-    lazy = writer.submit(_create, "lazy")
+    lazy = writer.submit(_group, "lazy")
     started = time.monotonic()
-    urgent = writer.submit(_create, "urgent", urgent=True)
+    urgent = writer.submit(_group, "urgent", urgent=True)
     assert urgent.result(timeout=5) and lazy.result(timeout=5)
     assert time.monotonic() - started < 2.0  # not the 5 s window
+    assert {"lazy", "urgent"} <= _names()
 
 
 def test_a_write_waits_at_most_the_window(writers: Any) -> None:
     writer = writers(0.2)
     started = time.monotonic()
-    assert writer.submit(_create, "soon").result(timeout=5)
+    assert writer.submit(_group, "soon").result(timeout=5)
     assert 0.15 <= time.monotonic() - started < 2.0

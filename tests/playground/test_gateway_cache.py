@@ -6,6 +6,7 @@ bound of its cache can make it notice, except where the change goes through the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -148,3 +149,42 @@ def test_the_cache_stays_bounded_and_forgets_on_request() -> None:
     assert [cache.get(k) for k in range(10)] == [None] * 7 + [7, 8, 9]
     cache.forget(8)
     assert cache.get(8) is None and cache.get(9) == 9
+
+
+async def test_concurrent_misses_share_one_load_and_a_leaving_waiter_cancels_nobody() -> None:
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0)
+    loads, release = 0, asyncio.Event()
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        await release.wait()
+        return 42
+
+    waiters = [asyncio.create_task(cache.get_or_load("k", load)) for _ in range(10)]
+    await asyncio.sleep(0.01)
+    waiters[0].cancel()  # the first asker's client went away
+    release.set()
+    results = await asyncio.gather(*waiters[1:])
+    assert results == [42] * 9 and loads == 1
+    assert cache.get("k") == 42
+
+
+async def test_a_failed_load_reaches_every_waiter_and_is_not_kept() -> None:
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0)
+    loads = 0
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        await asyncio.sleep(0.01)
+        raise LookupError("no such deployment")
+
+    results = await asyncio.gather(
+        *(cache.get_or_load("k", load) for _ in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(r, LookupError) for r in results) and loads == 1
+    assert cache.get("k") is None
+    with pytest.raises(LookupError):
+        await cache.get_or_load("k", load)
+    assert loads == 2  # refusals are asked again, not remembered
