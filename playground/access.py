@@ -46,9 +46,11 @@ async def authenticate_async(request: HttpRequest) -> Caller:
     credential = bearer_credential(request)
     if credential is None:
         return await dbwork.in_thread(authenticate, request)
-    return await token_callers.get_or_load(
-        tokens.token_hash(credential), lambda: dbwork.in_thread(authenticate, request)
-    )
+    key = tokens.token_hash(credential)
+    caller = token_callers.get(key)
+    if caller is not None:
+        return caller
+    return await token_callers.get_or_load(key, lambda: dbwork.in_thread(authenticate, request))
 
 
 def authenticate(request: HttpRequest) -> Caller:

@@ -65,6 +65,9 @@ def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
 
 
 async def target_for(caller: Caller, name: str) -> Target:
+    target = targets.get(name)
+    if target is not None:
+        return target
     lookup = partial(selectors.gateway_target, user=caller.user, name=name)
     return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
 

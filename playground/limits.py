@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
+import os
 import weakref
 from dataclasses import dataclass
 
@@ -76,7 +76,7 @@ async def slot_acquire(user_id: int, *, limit: int, ttl_s: float) -> Slot | None
 
     Redis down: the request goes ahead unlimited (logged), as the rest of the panel does.
     """
-    key, member = slot_key(user_id), uuid.uuid4().hex
+    key, member = slot_key(user_id), os.urandom(8).hex()
     try:
         async with asyncio.timeout(REDIS_TIMEOUT_S):
             granted = await _redis_and_script()[1](keys=[key], args=[limit, ttl_s, member])
