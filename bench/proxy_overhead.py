@@ -1,7 +1,8 @@
 """What the playground gateway adds: direct vs through the proxy, at 1, 8 and 32 streams.
 
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
-        [--tokens 64] [--interval-ms 5] [--server daphne|uvicorn] [--pin]
+        [--tokens 64] [--interval-ms 5] [--server daphne|uvicorn] [--pin] \
+        [--arrivals burst|staggered] [--levels 1,8,32]
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
 (tests/playground/stub_upstream.py, its own process), a real ASGI server running Shardboard
@@ -203,22 +204,43 @@ def cpu_all(pids: dict[str, int]) -> dict[str, float]:
 
 
 async def run_level(
-    url: str, headers: dict[str, str], concurrency: int, rounds: int, pids: dict[str, int]
+    url: str,
+    headers: dict[str, str],
+    concurrency: int,
+    rounds: int,
+    pids: dict[str, int],
+    stagger_s: float | None = None,
 ) -> Level:
+    """`rounds` requests on each of `concurrency` keep-alive connections.
+
+    Burst (stagger_s None): every round starts all streams at once and waits for all.
+    Staggered: connection i starts i * stagger_s later and then sends its requests back to
+    back, so that streams start evenly spread, as in a steady state of that many streams.
+    """
     parts = urlsplit(url)
     body = json.dumps(BODY).encode()
     conns = [
         Connection(parts.hostname or "127.0.0.1", parts.port or 80) for _ in range(concurrency)
     ]
+
+    async def one_connection(index: int, conn: Connection) -> list[Stream]:
+        await asyncio.sleep(index * (stagger_s or 0.0))
+        return [await conn.post(parts.path, body, headers) for _ in range(rounds)]
+
     try:
         await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))  # warm up
         ttfts, tokens = [], 0
         cpu_before = cpu_all(pids)
         started = time.perf_counter()
-        for _ in range(rounds):
-            streams = await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))
-            ttfts += [s.ttft_s for s in streams]
-            tokens += sum(s.chunks for s in streams)
+        if stagger_s is None:
+            for _ in range(rounds):
+                streams = await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))
+                ttfts += [s.ttft_s for s in streams]
+                tokens += sum(s.chunks for s in streams)
+        else:
+            runs = await asyncio.gather(*(one_connection(i, c) for i, c in enumerate(conns)))
+            ttfts = [s.ttft_s for run in runs for s in run]
+            tokens = sum(s.chunks for run in runs for s in run)
         wall_s = time.perf_counter() - started
         used = {name: cpu - cpu_before[name] for name, cpu in cpu_all(pids).items()}
         return Level(ttfts, tokens, wall_s, used)
@@ -250,13 +272,21 @@ def report(concurrency: int, direct: Level, proxied: Level) -> bool:
 
 
 async def measure(
-    direct_url: str, proxy_url: str, token: str, rounds: dict[int, int], pids: dict[str, int]
+    direct_url: str,
+    proxy_url: str,
+    token: str,
+    rounds: dict[int, int],
+    pids: dict[str, int],
+    stream_s: float | None,
 ) -> bool:
+    """Each level direct, then proxied; stream_s (a stream's length) staggers arrivals."""
     auth = {"Authorization": f"Bearer {token}"}
     ok = True
     for concurrency in rounds:
-        direct = await run_level(direct_url, {}, concurrency, rounds[concurrency], pids)
-        proxied = await run_level(proxy_url, auth, concurrency, rounds[concurrency], pids)
+        stagger_s = None if stream_s is None else stream_s / concurrency
+        n = rounds[concurrency]
+        direct = await run_level(direct_url, {}, concurrency, n, pids, stagger_s)
+        proxied = await run_level(proxy_url, auth, concurrency, n, pids, stagger_s)
         ok = report(concurrency, direct, proxied) and ok
     return ok
 
@@ -285,13 +315,21 @@ def main() -> int:
     parser.add_argument(
         "--levels", default=",".join(map(str, LEVELS)), help="concurrent streams, comma-separated"
     )
+    parser.add_argument(
+        "--arrivals",
+        choices=("burst", "staggered"),
+        default="burst",
+        help="burst: all streams of a round start together (the worst case); staggered: "
+        "starts spread evenly over a stream's length (a steady state of that many streams)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument(
         "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
     )
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
-    rounds = {c: args.rounds or {1: 30, 8: 6, 32: 3}.get(c, 3) for c in levels}
+    default_rounds = {1: 30, 8: 6, 32: 3} if args.arrivals == "burst" else {1: 30, 8: 12, 32: 8}
+    rounds = {c: args.rounds or default_rounds.get(c, 3) for c in levels}
     upstream_port, server_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
         env = bench_env(Path(tmp))
@@ -307,11 +345,20 @@ def main() -> int:
             print(
                 f"{args.server} ({args.workers} process(es)), {args.tokens} tokens per stream at {args.interval_ms:g} ms "
                 f"each ({1000 / args.interval_ms:.0f} tok/s per stream), loopback, "
-                f"{'pinned' if args.pin else 'not pinned'}, {os.cpu_count()} CPUs"
+                f"{'pinned' if args.pin else 'not pinned'}, {os.cpu_count()} CPUs, "
+                f"{args.arrivals} arrivals"
             )
             direct = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
             proxied = f"http://127.0.0.1:{server_port}/v1/chat/completions"
-            run = measure(direct, proxied, token, rounds, pids)
+            stream_s = args.tokens * args.interval_ms / 1000
+            run = measure(
+                direct,
+                proxied,
+                token,
+                rounds,
+                pids,
+                stream_s if args.arrivals == "staggered" else None,
+            )
             ok = asyncio.run(asyncio.wait_for(run, 300))
         finally:
             for proc in procs:
