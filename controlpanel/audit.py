@@ -28,25 +28,9 @@ def client_ip(request: HttpRequest | None) -> str | None:
     return request.META.get("REMOTE_ADDR") or None
 
 
-def audit_record(
-    *,
-    actor: Any,
-    action: str,
-    target_type: str = "",
-    target_id: str | int = "",
-    detail: dict[str, Any] | None = None,
-    request: HttpRequest | None = None,
-    ip: str | None = None,
-) -> AuditEvent:
-    event = audit_event(
-        actor=actor,
-        action=action,
-        target_type=target_type,
-        target_id=target_id,
-        detail=detail,
-        request=request,
-        ip=ip,
-    )
+def audit_record(**fields: Any) -> AuditEvent:
+    """Write one audit row now: audit_event(**fields), saved."""
+    event = audit_event(**fields)
     event.save()
     return event
 

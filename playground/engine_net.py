@@ -72,19 +72,6 @@ class _Protocol(asyncio.Protocol):
             self.waiter.set_result(None)
 
 
-async def _wait(future: asyncio.Future[bool | None], timeout: float | None) -> bool:
-    """Whether `future` finished before `timeout` seconds (None: no limit)."""
-    if timeout is None:
-        await future
-        return True
-    handle = asyncio.get_running_loop().call_later(timeout, _expire, future)
-    try:
-        await future
-    finally:
-        handle.cancel()
-    return future.result() is None
-
-
 def _expire(future: asyncio.Future[bool | None]) -> None:
     if not future.done():
         future.set_result(False)
@@ -98,17 +85,28 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         protocol = self._protocol
         if not protocol.chunks and not protocol.eof:
-            protocol.waiter = asyncio.get_running_loop().create_future()
-            try:
-                if not await _wait(protocol.waiter, timeout):
-                    raise httpcore2.ReadTimeout(f"no data from the engine in {timeout} s")
-            finally:
-                protocol.waiter = None
+            if not await self._wait_for("waiter", timeout):
+                raise httpcore2.ReadTimeout(f"no data from the engine in {timeout} s")
         if protocol.chunks:
             return self._take(max_bytes)
         if protocol.error is not None:
             raise httpcore2.ReadError(str(protocol.error) or type(protocol.error).__name__)
         return b""  # the engine closed the connection
+
+    async def _wait_for(self, event: str, timeout: float | None) -> bool:
+        """Until the protocol resolves its `event` future ("waiter": data or EOF arrived,
+        "drained": writing may go on); False when `timeout` seconds passed first."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[bool | None] = loop.create_future()
+        setattr(self._protocol, event, future)
+        handle = None if timeout is None else loop.call_later(timeout, _expire, future)
+        try:
+            await future
+        finally:
+            setattr(self._protocol, event, None)
+            if handle is not None:
+                handle.cancel()
+        return future.result() is not False
 
     def _take(self, max_bytes: int) -> bytes:
         protocol = self._protocol
@@ -130,12 +128,8 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
             raise httpcore2.WriteError("the engine closed the connection")
         self._transport.write(buffer)
         if protocol.writing_paused:
-            protocol.drained = asyncio.get_running_loop().create_future()
-            try:
-                if not await _wait(protocol.drained, timeout):
-                    raise httpcore2.WriteTimeout(f"the engine read nothing in {timeout} s")
-            finally:
-                protocol.drained = None
+            if not await self._wait_for("drained", timeout):
+                raise httpcore2.WriteTimeout(f"the engine read nothing in {timeout} s")
             if protocol.error is not None:
                 raise httpcore2.WriteError(str(protocol.error))
 
