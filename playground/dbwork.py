@@ -4,8 +4,8 @@ Reads (`in_thread`) run in a small pool. Writes (`submit`: the audit row and the
 request) go to one writer thread that inserts them in groups: the rows that arrive within
 WRITE_GROUP_S of the first pending one share one transaction and one INSERT per table, so a
 busy gateway pays one commit per group, not per request, and the write of a finished answer
-does not compete with the next request's first token. A waited-for write (the playground page shows the run's id)
-is committed at once, with whatever is pending.
+does not compete with the next request's first token. A waited-for write (the playground
+page shows the run's id) is committed at once, with whatever is pending.
 
 Work handed here runs to the end even when the request that asked for it is cancelled (the
 client went away), and before the process exits normally (the threads are joined at exit,
