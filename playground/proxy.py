@@ -11,7 +11,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import httpx2 as httpx
+import httpx2
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
@@ -93,11 +93,11 @@ async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponse:
     return response
 
 
-async def _whole(recorder: Recorder, upstream: httpx.Response, slot: limits.Slot) -> HttpResponse:
+async def _whole(recorder: Recorder, upstream: httpx2.Response, slot: limits.Slot) -> HttpResponse:
     exchange = recorder.exchange
     try:
         raw = await upstream.aread()
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         error = transport_error(exchange.target, exc)
         await recorder.record_and_wait(Outcome(error.kind, error.status, error=error.message))
         return error_response(error.status, error.kind, error.message)
@@ -111,7 +111,7 @@ async def _whole(recorder: Recorder, upstream: httpx.Response, slot: limits.Slot
 
 
 async def relay(
-    recorder: Recorder, upstream: httpx.Response, slot: limits.Slot
+    recorder: Recorder, upstream: httpx2.Response, slot: limits.Slot
 ) -> AsyncIterator[bytes]:
     exchange = recorder.exchange
     meter = sse.StreamMeter(started_s=exchange.started_s)
@@ -124,7 +124,7 @@ async def relay(
                 out = _pass_events(splitter.feed(data), meter, exchange.call.wants_usage)
                 if out:
                     yield out
-        except (httpx.HTTPError, TimeoutError) as exc:
+        except (httpx2.HTTPError, TimeoutError) as exc:
             error = _relay_error(exchange.target, exc)
         await _stop(upstream, slot)  # the slot is free before the client reads [DONE]
         stopped = True
@@ -143,12 +143,12 @@ async def relay(
             await _stop(upstream, slot)
 
 
-async def _stop(upstream: httpx.Response, slot: limits.Slot) -> None:
+async def _stop(upstream: httpx2.Response, slot: limits.Slot) -> None:
     await upstream.aclose()
     await slot.release()
 
 
-async def _chunks(upstream: httpx.Response) -> AsyncIterator[bytes]:
+async def _chunks(upstream: httpx2.Response) -> AsyncIterator[bytes]:
     """The engine's bytes, bounded by the stream's total time budget."""
     async with asyncio.timeout(stream_max_s()):
         async for data in upstream.aiter_raw():
@@ -181,7 +181,7 @@ def _ended(meter: sse.StreamMeter, error: UpstreamError | None) -> Outcome:
 
 
 def _relay_error(target: Target, exc: Exception) -> UpstreamError:
-    if isinstance(exc, httpx.HTTPError):
+    if isinstance(exc, httpx2.HTTPError):
         return transport_error(target, exc)
     limit = stream_max_s()
     return UpstreamError(504, "stream_time_limit", f"the answer took longer than {limit:g} s")

@@ -128,7 +128,7 @@ def _timing_detail(timings: dict[str, Any]) -> dict[str, Any]:
 def run_row(
     *, user: Any, deployment_name: str, call: GatewayCall, outcome: Outcome
 ) -> PlaygroundRun:
-    """The playground page's run of one gateway request, not yet saved (see gateway_audit)."""
+    """The playground page's run of one gateway request, not yet saved (see gateway_audit_row)."""
     body = call.body
     chat = call.kind == "chat"
     return PlaygroundRun(

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpcore2
-import httpx2 as httpx
+import httpx2
 from django.conf import settings
 
 from playground.engine_net import AsyncioBackend
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
 USER_AGENT = "shardboard-gateway"
-LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+LIMITS = httpx2.Limits(max_connections=None, max_keepalive_connections=64)
 
 _transports: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EngineTransport] = (
     weakref.WeakKeyDictionary()
@@ -38,7 +38,7 @@ def connect_timeout_s() -> float:
 def shared_transport() -> EngineTransport:
     """Keep-alive connections to every engine, reused by every request of this event loop.
 
-    Requests go to the transport itself, not through an httpx.AsyncClient: the client's
+    Requests go to the transport itself, not through an httpx2.AsyncClient: the client's
     layers (auth, redirects, cookies, event hooks) do nothing for an engine request and were
     about a tenth of the gateway's CPU per request (bench/proxy_overhead.py)."""
     loop = asyncio.get_running_loop()
@@ -48,7 +48,7 @@ def shared_transport() -> EngineTransport:
     return transport
 
 
-class EngineTransport(httpx.AsyncHTTPTransport):
+class EngineTransport(httpx2.AsyncHTTPTransport):
     """httpx's transport, its httpcore pool on asyncio sockets (HTTP only: engines)."""
 
     def __init__(self) -> None:
@@ -85,10 +85,10 @@ class UpstreamError(Exception):
         self.status, self.kind, self.message = status, kind, message
 
 
-async def open_response(target: Target, path: str, body: dict[str, Any]) -> httpx.Response:
+async def open_response(target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
     """The engine's response, headers read and body not yet; an engine error raises."""
-    timeout = httpx.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
-    request = httpx.Request(
+    timeout = httpx2.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
+    request = httpx2.Request(
         "POST",
         target.base_url + path,
         json=body,
@@ -97,7 +97,7 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> http
     )
     try:
         response = await shared_transport().handle_async_request(request)
-    except httpx.HTTPError as exc:
+    except httpx2.HTTPError as exc:
         raise transport_error(target, exc) from exc
     response.request = request
     if response.status_code >= 400:
@@ -105,18 +105,18 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> http
     return response
 
 
-def transport_error(target: Target, exc: httpx.HTTPError) -> UpstreamError:
+def transport_error(target: Target, exc: httpx2.HTTPError) -> UpstreamError:
     where = f"engine of {target.name} at {target.base_url}"
-    if isinstance(exc, httpx.ConnectTimeout):
+    if isinstance(exc, httpx2.ConnectTimeout):
         return UpstreamError(504, "engine_unreachable", f"{where}: connect timed out")
-    if isinstance(exc, httpx.ConnectError):
+    if isinstance(exc, httpx2.ConnectError):
         return UpstreamError(502, "engine_unreachable", f"{where} is not reachable: {exc}")
-    if isinstance(exc, httpx.TimeoutException):
+    if isinstance(exc, httpx2.TimeoutException):
         return UpstreamError(504, "engine_timeout", f"{where} did not answer in time")
     return UpstreamError(502, "engine_error", f"{where} failed: {exc!r}")
 
 
-async def engine_error(target: Target, response: httpx.Response) -> UpstreamError:
+async def engine_error(target: Target, response: httpx2.Response) -> UpstreamError:
     try:
         raw = await _read_bounded(response)
     finally:
@@ -126,7 +126,7 @@ async def engine_error(target: Target, response: httpx.Response) -> UpstreamErro
     return UpstreamError(status, "engine_error", message)
 
 
-async def _read_bounded(response: httpx.Response) -> bytes:
+async def _read_bounded(response: httpx2.Response) -> bytes:
     raw = b""
     async for chunk in response.aiter_raw():
         raw += chunk
