@@ -23,6 +23,7 @@ import httpcore2
 
 PAUSE_READING_BYTES = 1 << 20  # stop reading from the engine while this much is unread
 RESUME_READING_BYTES = 1 << 18
+CORK_MAX_BYTES = 1 << 16  # writes are held until the next read, up to this much
 
 
 class _Protocol(asyncio.Protocol):
@@ -81,9 +82,13 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
     def __init__(self, transport: asyncio.Transport, protocol: _Protocol) -> None:
         self._transport = transport
         self._protocol = protocol
+        self._corked: list[bytes] = []
+        self._corked_bytes = 0
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         protocol = self._protocol
+        if self._corked:
+            await self._flush(timeout)
         if not protocol.chunks and not protocol.eof:
             if not await self._wait_for("waiter", timeout):
                 raise httpcore2.ReadTimeout(f"no data from the engine in {timeout} s")
@@ -121,12 +126,25 @@ class AsyncioStream(httpcore2.AsyncNetworkStream):
         return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        """Held (corked) until the next read: httpcore2 writes a request's head and body
+        separately, and one system call (one TCP segment to the engine) is cheaper than two."""
         if not buffer:
             return
+        if self._protocol.eof or self._transport.is_closing():
+            raise httpcore2.WriteError("the engine closed the connection")
+        self._corked.append(buffer)
+        self._corked_bytes += len(buffer)
+        if self._corked_bytes >= CORK_MAX_BYTES:
+            await self._flush(timeout)
+
+    async def _flush(self, timeout: float | None) -> None:
         protocol = self._protocol
+        data = b"".join(self._corked)
+        self._corked.clear()
+        self._corked_bytes = 0
         if protocol.eof or self._transport.is_closing():
             raise httpcore2.WriteError("the engine closed the connection")
-        self._transport.write(buffer)
+        self._transport.write(data)
         if protocol.writing_paused:
             if not await self._wait_for("drained", timeout):
                 raise httpcore2.WriteTimeout(f"the engine read nothing in {timeout} s")

@@ -12,15 +12,16 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpcore2
 import httpx2
 from django.conf import settings
 
 from playground.engine_net import AsyncioBackend
+from playground.engine_pool import EnginePool
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
 USER_AGENT = "shardboard-gateway"
-LIMITS = httpx2.Limits(max_connections=None, max_keepalive_connections=64)
+MAX_IDLE_CONNECTIONS = 64
+KEEPALIVE_EXPIRY_S = 5.0
 
 _transports: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EngineTransport] = (
     weakref.WeakKeyDictionary()
@@ -49,15 +50,16 @@ def shared_transport() -> EngineTransport:
 
 
 class EngineTransport(httpx2.AsyncHTTPTransport):
-    """httpx's transport, its httpcore pool on asyncio sockets (HTTP only: engines)."""
+    """httpx's transport on playground.engine_pool's connections and engine_net's sockets
+    (plain HTTP only: engines)."""
 
-    def __init__(self) -> None:
-        super().__init__(limits=LIMITS, trust_env=False)
-        self._pool = httpcore2.AsyncConnectionPool(  # what the parent built, another backend
-            max_connections=LIMITS.max_connections,
-            max_keepalive_connections=LIMITS.max_keepalive_connections,
-            keepalive_expiry=LIMITS.keepalive_expiry,
-            network_backend=AsyncioBackend(),
+    def __init__(
+        self, max_idle: int = MAX_IDLE_CONNECTIONS, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S
+    ) -> None:
+        super().__init__(trust_env=False)
+        # in place of the pool the parent built (see playground.engine_pool)
+        self.pool = self._pool = EnginePool(
+            AsyncioBackend(), max_idle=max_idle, keepalive_expiry=keepalive_expiry_s
         )
 
 
