@@ -1,12 +1,13 @@
 """What the playground gateway adds: direct vs through the proxy, at 1, 8 and 32 streams.
 
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
-        [--tokens 64] [--interval-ms 5] [--server daphne|uvicorn] [--pin] \
+        [--tokens 64] [--interval-ms 5] [--server uvicorn|daphne] [--workers N] [--pin] \
         [--arrivals burst|staggered] [--levels 1,8,32]
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
 (tests/playground/stub_upstream.py, its own process), a real ASGI server running Shardboard
-(daphne as `make run` does, or uvicorn; its own process) on a throwaway SQLite database, and
+(uvicorn with controlpanel.webserver's options, as `make run` starts it, or daphne for
+comparison; its own process) on a throwaway SQLite database, and
 measures from this process with a hand-written keep-alive HTTP/1.1 client (cheap enough not
 to starve the server): time to first token (p50/p95) and token throughput, direct and
 proxied, with the CPU share each process used meanwhile.
@@ -105,10 +106,10 @@ def start_server(
     if kind == "daphne":
         cmd = [*python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
         cmd += ["--access-log", os.devnull]
-    else:
-        cmd = [*python, "-m", "uvicorn", "--host", "127.0.0.1", "--port", str(port)]
-        cmd += ["--log-level", "warning", "--no-access-log", "--workers", str(workers)]
-    return subprocess.Popen([*cmd, "controlpanel.asgi:application"], cwd=ROOT, env=env)
+        return subprocess.Popen([*cmd, "controlpanel.asgi:application"], cwd=ROOT, env=env)
+    env = dict(env, SHARDBOARD_PORT=str(port), SHARDBOARD_WEB_WORKERS=str(workers))
+    cmd = [*python, "-m", "controlpanel.webserver"]
+    return subprocess.Popen(cmd, cwd=ROOT, env=env)
 
 
 @dataclass
@@ -303,7 +304,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--interval-ms", type=float, default=5.0)
-    parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
+    parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
     parser.add_argument(
         "--pin",
         action="store_true",
@@ -322,7 +323,9 @@ def main() -> int:
         help="burst: all streams of a round start together (the worst case); staggered: "
         "starts spread evenly over a stream's length (a steady state of that many streams)",
     )
-    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="web server processes (uvicorn only)"
+    )
     parser.add_argument(
         "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
     )

@@ -22,6 +22,6 @@ stop_all() {
 trap stop_all INT TERM EXIT
 
 "$PY" manage.py hostworker --loglevel WARNING & pids+=($!)
-"$PY" -m daphne -b "${SHARDBOARD_BIND:-127.0.0.1}" -p "${SHARDBOARD_PORT:-8000}" controlpanel.asgi:application & pids+=($!)
+"$PY" -m controlpanel.webserver & pids+=($!)  # uvicorn; SHARDBOARD_BIND, _PORT, _WEB_WORKERS
 say "Shardboard is at http://${SHARDBOARD_BIND:-127.0.0.1}:${SHARDBOARD_PORT:-8000}/  (Ctrl-C stops everything)"
 wait -n "${pids[@]}" || true

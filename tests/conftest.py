@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-# --- a real ASGI server (daphne) on the test database -------------------------------------
+# --- a real ASGI server (uvicorn, as `make run` starts it) on the test database ---------------
 
 
 @dataclass
@@ -85,36 +86,72 @@ def _make_application() -> Any:
     return ASGIStaticFilesHandler(get_default_application())
 
 
-def _start_daphne(port: int = 0) -> Any:
-    from daphne.testing import DaphneProcess
+class ServerProcess(multiprocessing.get_context("fork").Process):  # type: ignore[name-defined,misc]
+    """controlpanel.webserver's uvicorn in a forked child, on 127.0.0.1:`port` (0: any)."""
 
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.requested_port = port
+        self.port = multiprocessing.get_context("fork").Value("i", 0)
+        self.ready = multiprocessing.get_context("fork").Event()
+
+    def run(self) -> None:
+        import uvicorn
+
+        from controlpanel import webserver
+
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.requested_port))
+        self.port.value = sock.getsockname()[1]
+        ready = self.ready
+
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets)
+                ready.set()
+
+        config = webserver.config(
+            _make_application(), log_level="warning", timeout_graceful_shutdown=1
+        )
+        Server(config).run(sockets=[sock])
+
+
+def _start_server(port: int = 0) -> ServerProcess:
     # The server is forked after pytest-django switched settings to the test database, so
-    # it needs no database set-up of its own (channels' helper would prefix the name again).
+    # it needs no database set-up of its own.
     connections.close_all()
     # Async tests leave asgiref's single sync thread running here; a forked child would inherit
     # the executor without its thread and every database_sync_to_async call would hang.
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-    proc = DaphneProcess("127.0.0.1", partial(_make_application), port=port)
+    proc = ServerProcess(port)
     proc.start()
     if not proc.ready.wait(timeout=20):
-        raise RuntimeError("daphne did not start")
+        proc.kill()
+        raise RuntimeError("the web server did not start")
     return proc
+
+
+def _stop_server(proc: ServerProcess) -> None:
+    proc.terminate()
+    proc.join(10)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(5)
 
 
 @pytest.fixture
 def asgi_server(transactional_db: None, settings: Any) -> Iterator[LiveServer]:
     settings.ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-    box = {"proc": _start_daphne()}
+    box = {"proc": _start_server()}
     port = box["proc"].port.value
 
     def restart() -> None:
-        box["proc"].terminate()
-        box["proc"].join(10)
-        box["proc"] = _start_daphne(port)
+        _stop_server(box["proc"])
+        box["proc"] = _start_server(port)
 
     yield LiveServer(f"http://127.0.0.1:{port}", f"ws://127.0.0.1:{port}", restart)
-    box["proc"].terminate()
-    box["proc"].join(10)
+    _stop_server(box["proc"])
 
 
 # --- a real browser ------------------------------------------------------------------------

@@ -96,7 +96,7 @@ async def test_a_cancelled_consumer_leaves_too(viewer, host_name, sim4) -> None:
     await _next_of(comm, "backfill", host_name)
     name = live.stream(host_name)
     assert len(live.hub().subscribers[name]) == 1
-    comm.future.cancel()  # what daphne does to an application that ignores its disconnect
+    comm.future.cancel()  # what an ASGI server does to an application that ignores its disconnect
     await eventually(lambda: name not in live.hub().subscribers)
 
 

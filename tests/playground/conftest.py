@@ -57,7 +57,7 @@ def make_deployment(transactional_db: None, operator: Any) -> Callable[..., Depl
 
 @pytest.fixture
 def gateway_settings(settings: Any) -> Any:
-    """Set before the server forks: the daphne process reads them at start."""
+    """Set before the server forks: the server process reads them at start."""
     settings.PLAYGROUND_MAX_TOKENS = GATEWAY_MAX_TOKENS
     settings.PLAYGROUND_MAX_CONCURRENT = GATEWAY_MAX_CONCURRENT
     settings.AUDIT_PROMPTS = False

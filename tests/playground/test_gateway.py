@@ -1,4 +1,5 @@
-"""The /v1/ gateway on a real daphne server, in front of a stand-in engine that streams slowly."""
+"""The /v1/ gateway on a real uvicorn server (as `make run` starts it), in front of a stand-in
+engine that streams slowly."""
 
 from __future__ import annotations
 

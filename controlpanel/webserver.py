@@ -1,0 +1,61 @@
+"""The web server: uvicorn, with the options Shardboard is measured and tested with.
+
+    python -m controlpanel.webserver   # SHARDBOARD_BIND, SHARDBOARD_PORT, SHARDBOARD_WEB_WORKERS,
+                                       # LOG_LEVEL (INFO: one access line per request)
+
+uvicorn rather than daphne: through the /v1/ gateway, daphne added about twice as much to the
+first token of 8 streams arriving together (bench/proxy_overhead.py: +9.9 ms against +4.9 ms),
+and Twisted's write path costs about a quarter more CPU per relayed chunk. uvicorn is also
+what vLLM itself serves with. daphne stays installed for `manage.py runserver` only.
+
+The tests' live server (tests/conftest.py) runs `config()` too, so what is tested is what runs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import uvicorn
+
+APP = "controlpanel.asgi:application"
+OPTIONS: dict[str, Any] = {
+    "http": "httptools",
+    "ws": "websockets-sansio",
+    "loop": "asyncio",
+    "lifespan": "off",  # Django's ASGI handler has no lifespan events
+    "ws_ping_interval": 20.0,
+    "ws_ping_timeout": 20.0,
+    "timeout_graceful_shutdown": 10,  # then open streams and websockets are cut
+    "server_header": False,
+}
+
+
+def config(app: Any, **overrides: Any) -> uvicorn.Config:
+    return uvicorn.Config(app, **{**OPTIONS, **overrides})
+
+
+def _env_int(name: str, default: int, minimum: int) -> int:
+    raw = os.environ.get(name, "").strip() or str(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        sys.exit(f"{name}={raw!r}: expected a whole number of at least {minimum}")
+    return value
+
+
+def main() -> None:
+    host = os.environ.get("SHARDBOARD_BIND", "").strip() or "127.0.0.1"
+    port = _env_int("SHARDBOARD_PORT", 8000, 1)
+    # More than one process: each has its own event loop (the gateway's streams spread over
+    # the CPUs); what they share lives in Redis and the database.
+    workers = _env_int("SHARDBOARD_WEB_WORKERS", 1, 1)
+    log_level = os.environ.get("LOG_LEVEL", "").strip().lower() or "info"
+    uvicorn.run(APP, host=host, port=port, workers=workers, log_level=log_level, **OPTIONS)
+
+
+if __name__ == "__main__":
+    main()
