@@ -22,6 +22,7 @@ from playground.services import Outcome
 from playground.upstream import Target
 
 PLAYGROUND_HEADER = "X-Shardboard-Playground"
+_PLAYGROUND_META = "HTTP_X_SHARDBOARD_PLAYGROUND"  # the header, as request.META names it
 
 # deployment name → its engine, while running. Every operator may use every running
 # deployment (selectors.deployments_usable), so the caller is not part of the key.
@@ -51,7 +52,7 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
         refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
         await dbwork.wait(refusal)
         raise
-    from_playground = request.headers.get(PLAYGROUND_HEADER) == "1"
+    from_playground = request.META.get(_PLAYGROUND_META) == "1"
     return Exchange(caller, call, target, length, from_playground, client_ip(request), started_s)
 
 
@@ -65,9 +66,6 @@ def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
 
 
 async def target_for(caller: Caller, name: str) -> Target:
-    target = targets.get(name)
-    if target is not None:
-        return target
     lookup = partial(selectors.gateway_target, user=caller.user, name=name)
     return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
 

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 
 from deployments.models import Deployment
 from playground import services
-from playground.cache import TtlCache
+from playground.cache import REFRESH_DELAY_S, TtlCache
 from tests.playground.conftest import session_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
@@ -188,3 +188,60 @@ async def test_a_failed_load_reaches_every_waiter_and_is_not_kept() -> None:
     with pytest.raises(LookupError):
         await cache.get_or_load("k", load)
     assert loads == 2  # refusals are asked again, not remembered
+
+
+async def test_a_hit_past_half_its_age_is_answered_now_and_reloaded_behind() -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0, clock=clock)
+    cache.put("k", 1)
+    release, loads = asyncio.Event(), 0
+
+    async def load() -> int:
+        nonlocal loads
+        loads += 1
+        await release.wait()
+        return 2
+
+    clock.now_s += 0.9
+    assert await cache.get_or_load("k", load) == 1
+    await asyncio.sleep(REFRESH_DELAY_S * 2)
+    assert loads == 0  # young enough: no reload
+    clock.now_s += 0.2
+    answers = [await cache.get_or_load("k", load) for _ in range(5)]
+    assert answers == [1] * 5  # nobody waited for the reload
+    assert loads == 0  # it starts a little later, off this request's first token
+    await asyncio.sleep(REFRESH_DELAY_S * 2)
+    assert loads == 1  # one reload, however many hits
+    release.set()
+    await asyncio.sleep(0.01)
+    assert cache.get("k") == 2
+    clock.now_s += 1.9  # the reloaded entry's own age bound, counted from its reload
+    assert cache.get("k") == 2
+
+
+async def test_a_reload_that_fails_drops_the_entry_at_once() -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0, clock=clock)
+    cache.put("k", 1)
+
+    async def revoked() -> int:
+        raise LookupError("invalid or revoked API token")
+
+    clock.now_s += 1.5
+    assert await cache.get_or_load("k", revoked) == 1  # still within the bound: answered
+    await asyncio.sleep(REFRESH_DELAY_S * 2)
+    assert cache.get("k") is None  # well before the bound: the next request is refused
+    with pytest.raises(LookupError):
+        await cache.get_or_load("k", revoked)
+
+
+async def test_an_entry_past_its_age_bound_is_never_answered() -> None:
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0, clock=clock)
+    cache.put("k", 1)
+
+    async def load() -> int:
+        return 2
+
+    clock.now_s += 2.0
+    assert await cache.get_or_load("k", load) == 2
