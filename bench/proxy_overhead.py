@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 LEVELS = (1, 8, 32)
+BLOCKS = 3  # direct and proxied alternate this many times per level
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "go"}], "stream": True}
 
 
@@ -189,6 +190,19 @@ class Level:
     def throughput(self) -> float:
         return self.tokens / self.wall_s
 
+    @staticmethod
+    def joined(levels: list[Level]) -> Level:
+        cpu: dict[str, float] = {}
+        for level in levels:
+            for name, used in level.cpu_s.items():
+                cpu[name] = cpu.get(name, 0.0) + used
+        return Level(
+            [t for level in levels for t in level.ttfts_s],
+            sum(level.tokens for level in levels),
+            sum(level.wall_s for level in levels),
+            cpu,
+        )
+
 
 def cpu_s(pid: int, *, tree: bool) -> float:
     """User + system CPU seconds so far of a process (and its live children: server workers)."""
@@ -280,15 +294,23 @@ async def measure(
     pids: dict[str, int],
     stream_s: float | None,
 ) -> bool:
-    """Each level direct, then proxied; stream_s (a stream's length) staggers arrivals."""
+    """Each level direct and proxied, in alternating blocks of rounds (so that a machine that
+    slows down or speeds up meanwhile weighs on both alike); stream_s (a stream's length)
+    staggers arrivals."""
     auth = {"Authorization": f"Bearer {token}"}
     ok = True
     for concurrency in rounds:
         stagger_s = None if stream_s is None else stream_s / concurrency
-        n = rounds[concurrency]
-        direct = await run_level(direct_url, {}, concurrency, n, pids, stagger_s)
-        proxied = await run_level(proxy_url, auth, concurrency, n, pids, stagger_s)
-        ok = report(concurrency, direct, proxied) and ok
+        blocks = min(BLOCKS, rounds[concurrency])
+        per_block = [
+            rounds[concurrency] // blocks + (i < rounds[concurrency] % blocks)
+            for i in range(blocks)
+        ]
+        direct, proxied = [], []
+        for n in per_block:
+            direct.append(await run_level(direct_url, {}, concurrency, n, pids, stagger_s))
+            proxied.append(await run_level(proxy_url, auth, concurrency, n, pids, stagger_s))
+        ok = report(concurrency, Level.joined(direct), Level.joined(proxied)) and ok
     return ok
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import RequestAborted
@@ -61,36 +61,47 @@ class GatewayHandler(ASGIHandler):
             _close_resources(error_response)
             return
         request.urlconf = URLCONF
+        try:
+            response = await self._respond_until_disconnect(request, receive, send)
+        finally:
+            body_file.close()
+        if response is not None:
+            _close_resources(response)
 
-        async def process_request() -> HttpResponseBase:
-            response = await self.run_get_response(request)
-            try:
-                await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client went away while the answer was being sent
-            return response
+    async def _respond_until_disconnect(
+        self, request: HttpRequest, receive: Any, send: Any
+    ) -> HttpResponseBase | None:
+        """The view's response, sent; None when the client went away first (the view and the
+        relay see a cancellation: the relay closes the engine request).
+
+        The response is made in this task, not in a task of its own as Django does: that saved
+        a task and a loop turn before every first byte (bench/proxy_overhead.py). A listener
+        task waits for the client's disconnect and then cancels this one."""
+        task = cast("asyncio.Task[None]", asyncio.current_task())
+        finished = False
+
+        def stop_responding(_listener: asyncio.Task[None]) -> None:
+            if not finished:
+                task.cancel()
 
         listener = asyncio.create_task(self.listen_for_disconnect(receive))
-        processor = asyncio.create_task(process_request())
-        await asyncio.wait((listener, processor), return_when=asyncio.FIRST_COMPLETED)
-        for task in (listener, processor):  # the listener first: it cannot fail unexpectedly
-            if task.done():
-                try:
-                    task.result()
-                except RequestAborted:
-                    pass
-                except AssertionError:
-                    body_file.close()
-                    raise
-            else:
-                task.cancel()  # views see the cancellation: the relay closes the engine request
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-        if not processor.cancelled():
-            _close_resources(processor.result())
-        body_file.close()
+        listener.add_done_callback(stop_responding)
+        response = None
+        try:
+            response = await self.run_get_response(request)
+            await self.send_response(response, send)
+        except asyncio.CancelledError:
+            if not (listener.done() and task.uncancel() == 0):
+                raise  # cancelled from outside (the server is stopping), not by the listener
+        finally:
+            finished = True
+            if not listener.done():
+                listener.cancel()
+        if listener.done() and not listener.cancelled():
+            error = listener.exception()
+            if error is not None and not isinstance(error, RequestAborted):
+                raise error  # Django's AssertionError: a message that is not a disconnect
+        return response
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         """Django's, less a generator layer and a chunking pass per chunk of a stream (the
