@@ -3,7 +3,8 @@
     .venv/bin/python bench/ws_fanout.py [--ns 50,100,200,500] [--seconds 10] [--extend]
         [--servers 1] [--client-procs 2] [--profile DIR]
 
-Starts ``--servers`` daphne processes on free loopback ports (the real ASGI app, Redis from
+Starts ``--servers`` web server processes on free loopback ports (uvicorn with
+controlpanel.webserver's options, as `make run` starts it; the real ASGI app, Redis from
 REDIS_URL, the database from DATABASE_URL, which must be migrated), registers a simulated
 8-GPU host and publishes its samples with the host worker's own sink (history append + live
 publish) at 1 Hz from this process. For each N it starts ``--client-procs`` client processes
@@ -109,17 +110,21 @@ def client_process(args: argparse.Namespace) -> None:
 
 
 def serve(port: int, profile: str | None) -> None:
-    from daphne.cli import CommandLineInterface
+    import uvicorn
 
-    argv = ["-b", "127.0.0.1", "-p", str(port), "--no-server-name", "controlpanel.asgi:application"]
+    from controlpanel import webserver
+
+    server = uvicorn.Server(
+        webserver.config(webserver.APP, host="127.0.0.1", port=port, log_level="warning")
+    )
     if not profile:
-        CommandLineInterface().run(argv)
+        server.run()
         return
     import cProfile
 
     profiler = cProfile.Profile()
     try:
-        profiler.runcall(CommandLineInterface().run, argv)
+        profiler.runcall(server.run)
     finally:
         profiler.dump_stats(profile)
 
@@ -130,7 +135,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_daphne(port: int, profile: str | None, log_dir: Path) -> subprocess.Popen[bytes]:
+def start_server(port: int, profile: str | None, log_dir: Path) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--serve", str(port)]
     with (log_dir / f"server-{port}.log").open("wb") as log:
         proc = subprocess.Popen(
@@ -148,7 +153,7 @@ def start_daphne(port: int, profile: str | None, log_dir: Path) -> subprocess.Po
         except OSError:
             time.sleep(0.2)
     proc.kill()
-    raise SystemExit("daphne did not start within 30 s")
+    raise SystemExit("the web server did not start within 30 s")
 
 
 def stop(proc: subprocess.Popen[Any]) -> None:
@@ -258,7 +263,7 @@ def orchestrate(args: argparse.Namespace) -> None:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         servers = [
-            start_daphne(port, prof, Path(tmp)) for port, prof in zip(ports, profiles, strict=True)
+            start_server(port, prof, Path(tmp)) for port, prof in zip(ports, profiles, strict=True)
         ]
         redis_pid = int(selectors.redis_client().info("server")["process_id"])
         roles = {
@@ -273,7 +278,7 @@ def orchestrate(args: argparse.Namespace) -> None:
         sampler.start()
         try:
             print(
-                f"{args.servers} daphne process(es), {args.client_procs} client process(es), "
+                f"{args.servers} uvicorn process(es), {args.client_procs} client process(es), "
                 f"{os.cpu_count()} CPUs, 8 simulated GPUs at 1 Hz",
                 flush=True,
             )
