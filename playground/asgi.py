@@ -71,8 +71,9 @@ class GatewayHandler(ASGIHandler):
     async def _respond_until_disconnect(
         self, request: HttpRequest, receive: Any, send: Any
     ) -> HttpResponseBase | None:
-        """The view's response, sent; None when the client went away first (the view and the
-        relay see a cancellation: the relay closes the engine request).
+        """The view's response, sent, or cut short when the client goes away (the view or the
+        relay sees a cancellation; the relay closes the engine request); None when the client
+        left before there was a response.
 
         The response is made in this task, not in a task of its own as Django does: that saved
         a task and a loop turn before every first byte (bench/proxy_overhead.py). A listener

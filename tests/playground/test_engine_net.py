@@ -90,3 +90,29 @@ async def test_a_reader_that_falls_behind_pauses_the_peer(
     await asyncio.wait_for(writer.drain(), 2.0)
     writer.close()
     await stream.aclose()
+
+
+async def test_a_request_leaves_in_one_write_when_the_answer_is_awaited() -> None:
+    """httpcore2 writes head and body separately; they are held until the read that follows,
+    and then sent together; a large body is not held."""
+    accepted: asyncio.Queue[asyncio.StreamReader] = asyncio.Queue()
+
+    async def on_connect(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+        await accepted.put(reader)
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    stream = await AsyncioBackend().connect_tcp("127.0.0.1", port, timeout=2)
+    peer = await accepted.get()
+    await stream.write(b"POST / HTTP/1.1\r\n\r\n")
+    await stream.write(b'{"prompt": "x"}')
+    with pytest.raises(TimeoutError):  # nothing sent yet
+        await asyncio.wait_for(peer.read(65536), 0.1)
+    reading = asyncio.create_task(stream.read(65536, timeout=2))
+    assert await asyncio.wait_for(peer.read(65536), 2) == b'POST / HTTP/1.1\r\n\r\n{"prompt": "x"}'
+    reading.cancel()
+    big = b"y" * engine_net.CORK_MAX_BYTES
+    await stream.write(big)  # at the bound: sent at once, no read needed
+    assert await asyncio.wait_for(peer.readexactly(len(big)), 2) == big
+    await stream.aclose()
+    server.close()
