@@ -7,6 +7,7 @@ httpx2 is the httpx 2 line (the client huggingface_hub already uses); its connec
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import weakref
 from dataclasses import dataclass, field
@@ -92,7 +93,7 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> http
     timeout = httpx2.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
     request = httpx2.Request(
         "POST",
-        target.base_url + path,
+        engine_url(target.base_url, path),
         json=body,
         headers=target.headers(),
         extensions={"timeout": timeout.as_dict()},
@@ -105,6 +106,12 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> http
     if response.status_code >= 400:
         raise await engine_error(target, response)
     return response
+
+
+@functools.lru_cache(maxsize=1024)
+def engine_url(base_url: str, path: str) -> httpx2.URL:
+    """Parsed once per engine and path: parsing was about 20 µs of every request."""
+    return httpx2.URL(base_url + path)
 
 
 def transport_error(target: Target, exc: httpx2.HTTPError) -> UpstreamError:
