@@ -14,11 +14,12 @@ The tests' live server (tests/conftest.py) runs `config()` too, so what is teste
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 import uvicorn
+
+from controlpanel import env
 
 APP = "controlpanel.asgi:application"
 OPTIONS: dict[str, Any] = {
@@ -37,24 +38,17 @@ def config(app: Any, **overrides: Any) -> uvicorn.Config:
     return uvicorn.Config(app, **{**OPTIONS, **overrides})
 
 
-def _env_int(name: str, default: int, minimum: int) -> int:
-    raw = os.environ.get(name, "").strip() or str(default)
-    try:
-        value = int(raw)
-    except ValueError:
-        value = minimum - 1
-    if value < minimum:
-        sys.exit(f"{name}={raw!r}: expected a whole number of at least {minimum}")
-    return value
-
-
 def main() -> None:
-    host = os.environ.get("SHARDBOARD_BIND", "").strip() or "127.0.0.1"
-    port = _env_int("SHARDBOARD_PORT", 8000, 1)
-    # More than one process: each has its own event loop (the gateway's streams spread over
-    # the CPUs); what they share lives in Redis and the database.
-    workers = _env_int("SHARDBOARD_WEB_WORKERS", 1, 1)
-    log_level = os.environ.get("LOG_LEVEL", "").strip().lower() or "info"
+    try:
+        host = env.env_str("SHARDBOARD_BIND", "").strip() or "127.0.0.1"
+        port = env.env_int("SHARDBOARD_PORT", 8000, low=1, high=65535)
+        # More than one process: each has its own event loop (the gateway's streams spread over
+        # the CPUs); what they share lives in Redis and the database.
+        workers = env.env_int("SHARDBOARD_WEB_WORKERS", 1, low=1, high=64)
+    except env.ConfigError as exc:  # one line, as the ASGI app itself reports bad settings
+        sys.stderr.write(f"shardboard: configuration error: {exc}\n")
+        raise SystemExit(2) from None
+    log_level = env.env_str("LOG_LEVEL", "").strip().lower() or "info"
     uvicorn.run(APP, host=host, port=port, workers=workers, log_level=log_level, **OPTIONS)
 
 

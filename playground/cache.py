@@ -84,16 +84,19 @@ class TtlCache(Generic[K, V]):
         return task
 
     async def _load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+        this = asyncio.current_task()
         try:
             value = await load()
         except BaseException:
             self._entries.pop(key, None)
             raise
-        else:
-            self.put(key, value)
-            return value
         finally:
-            self._loading.pop(key, None)
+            current = self._loading.get(key) is this
+            if current:
+                self._loading.pop(key)
+        if current:  # not forgotten meanwhile: a load that read before a revocation is not kept
+            self.put(key, value)
+        return value
 
     def put(self, key: K, value: V) -> None:
         ttl_s = self._ttl_s()
@@ -105,10 +108,13 @@ class TtlCache(Generic[K, V]):
         self._entries[key] = (now_s + ttl_s * REFRESH_AFTER, now_s + ttl_s, value)
 
     def forget(self, key: K) -> None:
+        """Dropped now, and whatever a load in flight reads is not kept."""
         self._entries.pop(key, None)
+        self._loading.pop(key, None)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._loading.clear()
 
     def _evict(self) -> None:
         now_s = self._clock()

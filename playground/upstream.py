@@ -1,7 +1,8 @@
 """The engine side of the gateway: one shared httpx transport per process (event loop).
 
-httpx2 is the httpx 2 line (the client huggingface_hub already uses); its connection pool
-(httpcore2) runs here on playground.engine_net's plain-asyncio sockets.
+httpx2 is the httpx 2 line (the client huggingface_hub already uses). Its transport runs here
+on playground.engine_pool's connections (httpcore2's HTTP/1.1) over playground.engine_net's
+plain-asyncio sockets.
 """
 
 from __future__ import annotations
@@ -54,14 +55,20 @@ class EngineTransport(httpx2.AsyncHTTPTransport):
     """httpx's transport on playground.engine_pool's connections and engine_net's sockets
     (plain HTTP only: engines)."""
 
-    def __init__(
-        self, max_idle: int = MAX_IDLE_CONNECTIONS, keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S
+    def __init__(  # the parent's __init__ is not called: its pool and TLS context would be
+        # built (about 40 ms, on the first request of every process) only to be replaced; the
+        # parent's methods use nothing but self._pool.
+        self,
+        max_idle: int = MAX_IDLE_CONNECTIONS,
+        keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S,
     ) -> None:
-        super().__init__(trust_env=False)
-        # in place of the pool the parent built (see playground.engine_pool)
-        self.pool = self._pool = EnginePool(
+        self._pool = EnginePool(
             AsyncioBackend(), max_idle=max_idle, keepalive_expiry=keepalive_expiry_s
         )
+
+    @property
+    def pool(self) -> EnginePool:
+        return self._pool
 
 
 @dataclass(frozen=True, slots=True)

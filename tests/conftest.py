@@ -86,14 +86,17 @@ def _make_application() -> Any:
     return ASGIStaticFilesHandler(get_default_application())
 
 
-class ServerProcess(multiprocessing.get_context("fork").Process):  # type: ignore[name-defined,misc]
+_FORK = multiprocessing.get_context("fork")
+
+
+class ServerProcess(_FORK.Process):
     """controlpanel.webserver's uvicorn in a forked child, on 127.0.0.1:`port` (0: any)."""
 
     def __init__(self, port: int = 0) -> None:
         super().__init__(daemon=True)
         self.requested_port = port
-        self.port = multiprocessing.get_context("fork").Value("i", 0)
-        self.ready = multiprocessing.get_context("fork").Event()
+        self.port = _FORK.Value("i", 0)
+        self.ready = _FORK.Event()
 
     def run(self) -> None:
         import uvicorn

@@ -245,3 +245,20 @@ async def test_an_entry_past_its_age_bound_is_never_answered() -> None:
 
     clock.now_s += 2.0
     assert await cache.get_or_load("k", load) == 2
+
+
+async def test_a_load_in_flight_when_the_key_is_forgotten_is_not_kept() -> None:
+    """A token revoked in this process while its lookup (begun before) is still running."""
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0)
+    release = asyncio.Event()
+
+    async def load() -> int:
+        await release.wait()
+        return 1  # what the lookup read before the revocation
+
+    waiter = asyncio.create_task(cache.get_or_load("k", load))
+    await asyncio.sleep(0.01)
+    cache.forget("k")
+    release.set()
+    assert await waiter == 1  # asked before the revocation: answered
+    assert cache.get("k") is None  # but not kept for the next request
