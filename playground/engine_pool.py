@@ -20,20 +20,20 @@ from typing import Any
 
 import httpcore2
 
+from playground.engine_http import EngineConnection, connect
+
 
 class EnginePool:
     def __init__(
         self,
-        network_backend: httpcore2.AsyncNetworkBackend,
         *,
         max_idle: int,
         keepalive_expiry: float | None,
     ) -> None:
-        self._backend = network_backend
         self._max_idle = max_idle
         self._keepalive_expiry = keepalive_expiry
         # (host, port) → idle connections (httpcore2.Origin is not hashable)
-        self._idle: dict[tuple[bytes, int], collections.deque[httpcore2.AsyncHTTP11Connection]]
+        self._idle: dict[tuple[bytes, int], collections.deque[EngineConnection]]
         self._idle = {}
         self._idle_count = 0
         self._closed = False
@@ -61,7 +61,7 @@ class EnginePool:
             extensions=response.extensions,
         )
 
-    async def _checkout(self, origin: httpcore2.Origin) -> httpcore2.AsyncHTTP11Connection | None:
+    async def _checkout(self, origin: httpcore2.Origin) -> EngineConnection | None:
         idle = self._idle.get((origin.host, origin.port))
         while idle:
             connection = idle.pop()
@@ -74,18 +74,16 @@ class EnginePool:
 
     async def _connect(
         self, origin: httpcore2.Origin, request: httpcore2.Request
-    ) -> httpcore2.AsyncHTTP11Connection:
+    ) -> EngineConnection:
         timeouts = request.extensions.get("timeout", {})
-        stream = await self._backend.connect_tcp(
-            origin.host.decode("ascii"), origin.port, timeout=timeouts.get("connect")
-        )
-        return httpcore2.AsyncHTTP11Connection(
-            origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry
+        return await connect(
+            origin.host.decode("ascii"),
+            origin.port,
+            connect_timeout=timeouts.get("connect"),
+            keepalive_expiry=self._keepalive_expiry,
         )
 
-    async def _release(
-        self, origin: httpcore2.Origin, connection: httpcore2.AsyncHTTP11Connection
-    ) -> None:
+    async def _release(self, origin: httpcore2.Origin, connection: EngineConnection) -> None:
         """A connection whose response is closed: kept if it may carry another request."""
         if not connection.is_idle():
             return  # closed by httpcore2 (an unfinished or non-keep-alive exchange)
@@ -125,7 +123,7 @@ class _ReturnOnClose:
         self,
         stream: Any,
         origin: httpcore2.Origin,
-        connection: httpcore2.AsyncHTTP11Connection,
+        connection: EngineConnection,
         pool: EnginePool,
     ) -> None:
         self._stream, self._origin, self._connection, self._pool = stream, origin, connection, pool

@@ -17,7 +17,6 @@ from typing import Any
 import httpx2
 from django.conf import settings
 
-from playground.engine_net import AsyncioBackend
 from playground.engine_pool import EnginePool
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
@@ -62,9 +61,7 @@ class EngineTransport(httpx2.AsyncHTTPTransport):
         max_idle: int = MAX_IDLE_CONNECTIONS,
         keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S,
     ) -> None:
-        self._pool = EnginePool(
-            AsyncioBackend(), max_idle=max_idle, keepalive_expiry=keepalive_expiry_s
-        )
+        self._pool = EnginePool(max_idle=max_idle, keepalive_expiry=keepalive_expiry_s)
 
     @property
     def pool(self) -> EnginePool:
