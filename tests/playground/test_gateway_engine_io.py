@@ -70,6 +70,8 @@ def test_the_lean_gateway_path_checks_the_host_and_sets_security_headers(
     assert r.status_code == 200
     assert r.headers["x-content-type-options"] == "nosniff"
     assert r.headers["x-frame-options"] == "DENY"
+    again = httpx.post(url, json=CHAT, headers={**headers, "Host": "evil.example:80"})
+    assert again.status_code == 400 and len(stub.seen) == 1  # a host that passed is not a pass
     missing = httpx.post(f"{server.url}/v1/nothing-here", json=CHAT, headers=headers)
     assert missing.status_code == 404 and "Traceback" not in missing.text
     assert missing.json() == {"error": {"message": "Not found.", "type": "not_found_error"}}
