@@ -114,8 +114,9 @@ class EngineConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
-        self._error = exc
-        if self._head_done and not self._complete and self._until_eof and exc is None:
+        if self._error is None:  # a parse error (_fail) stays the reason
+            self._error = exc
+        if self._head_done and not self._complete and self._until_eof and self._error is None:
             self._complete = True
         if self._timer is not None:
             self._timer.cancel()

@@ -5,16 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import redis
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import connections
 
 from controlpanel.asgi import application
 from monitoring import live, worker
@@ -22,6 +21,14 @@ from tests.monitoring_web.conftest import registered
 from tests.monitoring_web.test_consumer import _connect, _headers, _next_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+async def _close_the_sync_thread_connection() -> AsyncIterator[None]:
+    """sync_to_async runs the ORM in asgiref's one shared thread, whose database connection
+    nobody closes; left open, it kept the test database from being dropped at the end."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 class Collector:
@@ -133,59 +140,6 @@ async def test_a_host_socket_serves_only_its_host(viewer, host_name, sim4) -> No
 
 
 # --- the hub on its own Redis: several processes' hubs, a Redis restart ----------------------
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of this test alone, so that it can be stopped and started again."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = _free_port()
-        self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        argv = ["redis-server", "--port", str(self.port), "--save", "", "--appendonly", "no"]
-        self.proc = subprocess.Popen(
-            [*argv, "--dir", str(self.workdir)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-
-@pytest.fixture
-def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    yield server
-    server.stop()
 
 
 async def test_every_process_hub_subscribes_for_itself(private_redis) -> None:
