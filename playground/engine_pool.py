@@ -4,8 +4,8 @@ httpcore2's AsyncConnectionPool goes over every connection it holds, in several 
 each one its state, when a request starts and again when one ends. With 32 streams in flight
 that was about a fifth of the gateway's CPU per request (bench/proxy_overhead.py, cProfile).
 Engines speak plain HTTP/1.1 and the gateway never limits its connection count, so this pool
-keeps httpcore2's own HTTP/1.1 connection (h11, keep-alive, expiry) and replaces only the
-bookkeeping: per origin, a stack of idle connections, the most recently used on top.
+keeps, per origin, a stack of idle connections (playground.engine_http's), the most recently used
+on top.
 
 It is what EngineTransport hands httpx2's transport as its pool (the same two methods), so
 errors still reach the proxy as httpx2 exceptions.

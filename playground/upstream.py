@@ -1,8 +1,8 @@
 """The engine side of the gateway: one shared httpx transport per process (event loop).
 
 httpx2 is the httpx 2 line (the client huggingface_hub already uses). Its transport runs here
-on playground.engine_pool's connections (httpcore2's HTTP/1.1) over playground.engine_net's
-plain-asyncio sockets.
+on playground.engine_pool's keep-alive connections, each one playground.engine_http's asyncio
+protocol with httptools' parser.
 """
 
 from __future__ import annotations
@@ -51,8 +51,7 @@ def shared_transport() -> EngineTransport:
 
 
 class EngineTransport(httpx2.AsyncHTTPTransport):
-    """httpx's transport on playground.engine_pool's connections and engine_net's sockets
-    (plain HTTP only: engines)."""
+    """httpx's transport on playground.engine_pool's connections (plain HTTP only: engines)."""
 
     def __init__(  # the parent's __init__ is not called: its pool and TLS context would be
         # built (about 40 ms, on the first request of every process) only to be replaced; the
