@@ -48,6 +48,17 @@ async def opened(peer: Peer) -> tuple[EngineConnection, asyncio.StreamReader, as
     return connection, reader, writer
 
 
+async def answered(
+    peer: Peer, head: bytes, read: float = 2.0
+) -> tuple[EngineConnection, asyncio.Task[httpcore2.Response], asyncio.StreamWriter]:
+    """A connection with a request on it, to which the peer has written `head`."""
+    connection, reader, writer = await opened(peer)
+    asking = asyncio.create_task(connection.handle_async_request(post(peer[0], read=read)))
+    await reader.read(65536)
+    writer.write(head)
+    return connection, asking, writer
+
+
 async def body_of(response: httpcore2.Response) -> list[bytes]:
     pieces = [piece async for piece in response.stream]  # type: ignore[union-attr]
     await response.stream.aclose()  # type: ignore[union-attr]
@@ -83,10 +94,8 @@ async def test_a_request_leaves_in_one_write_and_chunks_come_as_they_arrive(peer
 async def test_a_body_without_length_ends_with_the_connection_and_is_not_reused(
     peer: Peer,
 ) -> None:
-    connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0])))
-    await reader.read(65536)
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it")
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nall of it"
+    connection, asking, writer = await answered(peer, head)
     response = await asyncio.wait_for(asking, 2)
     writer.close()
     assert b"".join(await asyncio.wait_for(body_of(response), 2)) == b"all of it"
@@ -94,10 +103,8 @@ async def test_a_body_without_length_ends_with_the_connection_and_is_not_reused(
 
 
 async def test_an_engine_that_hangs_up_mid_answer_is_a_read_error(peer: Peer) -> None:
-    connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0])))
-    await reader.read(65536)
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part")
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly part"
+    connection, asking, writer = await answered(peer, head)
     response = await asyncio.wait_for(asking, 2)
     writer.close()
     with pytest.raises(httpcore2.RemoteProtocolError, match="middle of its answer"):
@@ -106,20 +113,15 @@ async def test_an_engine_that_hangs_up_mid_answer_is_a_read_error(peer: Peer) ->
 
 
 async def test_an_answer_that_is_not_http_is_a_protocol_error(peer: Peer) -> None:
-    connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0])))
-    await reader.read(65536)
-    writer.write(b"SSH-2.0-OpenSSH_9.6\r\n")
+    connection, asking, _writer = await answered(peer, b"SSH-2.0-OpenSSH_9.6\r\n")
     with pytest.raises(httpcore2.RemoteProtocolError, match="not HTTP"):
         await asyncio.wait_for(asking, 2)
     assert not connection.is_idle()
 
 
 async def test_a_silent_engine_is_a_read_timeout_and_a_slow_one_is_not(peer: Peer) -> None:
-    connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0], read=0.3)))
-    await reader.read(65536)
-    writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    connection, asking, writer = await answered(peer, head, read=0.3)
     response = await asyncio.wait_for(asking, 2)
     pieces = response.stream.__aiter__()  # type: ignore[union-attr]
     for _ in range(4):  # 0.8 s in all, but never 0.3 s without a byte: no timeout
@@ -155,11 +157,9 @@ async def test_a_reader_that_falls_behind_pauses_the_engine(
     """Flow control: the engine is not read faster than the client takes the answer."""
     monkeypatch.setattr(engine_http, "PAUSE_READING_BYTES", 64 * 1024)
     monkeypatch.setattr(engine_http, "RESUME_READING_BYTES", 16 * 1024)
-    connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0])))
-    await reader.read(65536)
     size = 64 * 65536  # 4 MiB; more than the kernel buffers unless reading stopped
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
+    connection, asking, writer = await answered(peer, head)
     response = await asyncio.wait_for(asking, 2)
     block = b"x" * 65536
     for _ in range(64):
