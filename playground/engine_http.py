@@ -91,7 +91,7 @@ class EngineConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self.state is not State.ACTIVE:
+        if self.state is not State.ACTIVE or self._complete:
             self._unexpected = True  # an engine talking out of turn: this connection is done
             self._transport.close()
             return

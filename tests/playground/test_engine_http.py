@@ -172,3 +172,14 @@ async def test_a_reader_that_falls_behind_pauses_the_engine(
     await asyncio.wait_for(writer.drain(), 2.0)
     assert connection.is_idle()
     connection.close()
+
+
+async def test_bytes_after_a_finished_answer_make_the_connection_unusable(peer: Peer) -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+    connection, asking, writer = await answered(peer, head)
+    response = await asyncio.wait_for(asking, 2)
+    await asyncio.sleep(0.05)  # the answer is complete; the engine then writes on
+    writer.write(b"HTTP/1.1 200 OK\r\n")
+    await asyncio.sleep(0.05)
+    assert b"".join(await body_of(response)) == b"ok"
+    assert not connection.is_idle()
