@@ -66,7 +66,7 @@ class EngineConnection(asyncio.Protocol):
         self._unexpected = False  # bytes arrived while no request was on the connection
         self._writing_paused = False
         self._drained: asyncio.Future[None] | None = None
-        self._new_exchange()
+        self._new_exchange()  # an EOF or stray bytes may come before any request
         # The read timeout: one timer, moved when it fires (see the module's docstring).
         self._waiter: asyncio.Future[None] | None = None
         self._deadline = 0.0
@@ -106,9 +106,11 @@ class EngineConnection(asyncio.Protocol):
         self._wake()
 
     def eof_received(self) -> bool:
+        """The engine closed its side: the end of a body framed "until the connection closes"
+        (decided here, before the reader wakes; connection_lost comes a loop turn later)."""
         self._eof = True
         if self._head_done and not self._complete and self._until_eof:
-            self._complete = True  # the body was "everything until the connection closes"
+            self._complete = True
         self._wake()
         return False  # let the transport close itself
 
@@ -116,8 +118,6 @@ class EngineConnection(asyncio.Protocol):
         self._eof = True
         if self._error is None:  # a parse error (_fail) stays the reason
             self._error = exc
-        if self._head_done and not self._complete and self._until_eof and self._error is None:
-            self._complete = True
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
