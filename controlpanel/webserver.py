@@ -9,17 +9,37 @@ path costs about a quarter more CPU per relayed chunk; 1000 browsers on the live
 got samples at p99 78 ms (daphne: 112 ms) for half the server CPU (bench/ws_fanout.py).
 uvicorn is also what vLLM serves with. daphne stays installed for `manage.py runserver` only.
 
-The tests' live server (tests/conftest.py) runs `config()` too, so what is tested is what runs.
+Several processes (SHARDBOARD_WEB_WORKERS > 1): each listens on its own SO_REUSEPORT socket,
+so the kernel spreads new connections evenly over them. uvicorn's own workers share one
+listening socket, and whichever process wakes first accepts every waiting connection: 32
+clients connecting together all landed in one process (bench/proxy_overhead.py --workers 2).
+
+The tests' live server (tests/conftest.py) runs `config()` and `listening_socket()` too, so
+what is tested is what runs.
 """
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
 import sys
+import threading
+import time
 from typing import Any
 
 import uvicorn
 
 from controlpanel import env
+
+logger = logging.getLogger("shardboard.webserver")
+BACKLOG = 2048
+# A process that ends sooner than this after its start failed to start (settings, database):
+# starting it again would fail again, so the server stops instead.
+START_GRACE_S = 10.0
 
 APP = "controlpanel.asgi:application"
 OPTIONS: dict[str, Any] = {
@@ -38,6 +58,97 @@ def config(app: Any, **overrides: Any) -> uvicorn.Config:
     return uvicorn.Config(app, **{**OPTIONS, **overrides})
 
 
+def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A bound, listening TCP socket. Made with IPPROTO_TCP, so that asyncio sets TCP_NODELAY
+    on every connection it accepts (for a socket made with protocol 0 it does not, and each
+    small streamed chunk could wait for the client's delayed ACK: 40 ms, measured)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def serve_one(host: str, port: int, log_level: str) -> None:
+    """One web process of several: its own socket in the port's SO_REUSEPORT group."""
+    try:
+        sock = listening_socket(host, port, reuse_port=True)
+    except OSError as exc:
+        sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
+        raise SystemExit(uvicorn.config.STARTUP_FAILURE) from None
+    uvicorn.Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+
+
+class Supervisor:
+    """`workers` web processes on one port; one that dies is replaced, unless it died while
+    starting (then all stop: the next one would fail the same way). SIGTERM or SIGINT stops
+    them all, each finishing its requests for up to timeout_graceful_shutdown."""
+
+    def __init__(self, workers: int, host: str, port: int, log_level: str) -> None:
+        self.workers, self.host, self.port, self.log_level = workers, host, port, log_level
+        self._context = multiprocessing.get_context("spawn")
+        self._stop = threading.Event()
+
+    def run(self) -> int:
+        # Bound without SO_REUSEPORT: fails if anything holds the port, so a stale server
+        # cannot silently share it (its own SO_REUSEPORT socket would accept ours).
+        listening_socket(self.host, self.port).close()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self._stop.set())
+        children = [self._start() for _ in range(self.workers)]
+        failed = False
+        while not self._stop.is_set():
+            multiprocessing.connection.wait([c.sentinel for c, _ in children], timeout=0.5)
+            for index, (child, started_s) in enumerate(children):
+                if child.exitcode is None or self._stop.is_set():
+                    continue
+                if time.monotonic() - started_s < START_GRACE_S:
+                    logger.error(
+                        "web process %s failed to start (exit code %s); stopping",
+                        child.pid,
+                        child.exitcode,
+                    )
+                    failed = True
+                    self._stop.set()
+                    break
+                logger.warning(
+                    "web process %s ended (exit code %s); starting another",
+                    child.pid,
+                    child.exitcode,
+                )
+                children[index] = self._start()
+        self._stop_all([child for child, _ in children])
+        return 1 if failed else 0
+
+    def _start(self) -> tuple[multiprocessing.process.BaseProcess, float]:
+        child = self._context.Process(
+            target=serve_one, args=(self.host, self.port, self.log_level), name="shardboard-web"
+        )
+        child.start()
+        return child, time.monotonic()
+
+    @staticmethod
+    def _stop_all(children: list[multiprocessing.process.BaseProcess]) -> None:
+        for child in children:
+            if child.exitcode is None and child.pid is not None:
+                os.kill(child.pid, signal.SIGTERM)
+        deadline = time.monotonic() + OPTIONS["timeout_graceful_shutdown"] + 5
+        for child in children:
+            child.join(max(0.0, deadline - time.monotonic()))
+            if child.exitcode is None:
+                child.kill()
+                child.join()
+
+
 def main() -> None:
     try:
         host = env.env_str("SHARDBOARD_BIND", "").strip() or "127.0.0.1"
@@ -49,7 +160,21 @@ def main() -> None:
         sys.stderr.write(f"shardboard: configuration error: {exc}\n")
         raise SystemExit(2) from None
     log_level = env.env_str("LOG_LEVEL", "").strip().lower() or "info"
-    uvicorn.run(APP, host=host, port=port, workers=workers, log_level=log_level, **OPTIONS)
+    try:
+        sock = listening_socket(host, port) if workers == 1 else None
+    except OSError as exc:
+        sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
+        raise SystemExit(1) from None
+    if sock is not None:
+        uvicorn.Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+        return
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s:     %(message)s")
+    try:
+        code = Supervisor(workers, host, port, log_level).run()
+    except OSError as exc:
+        sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
+        raise SystemExit(1) from None
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":

@@ -104,9 +104,7 @@ class ServerProcess(_FORK.Process):
 
         from controlpanel import webserver
 
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", self.requested_port))
+        sock = webserver.listening_socket("127.0.0.1", self.requested_port)
         self.port.value = sock.getsockname()[1]
         ready = self.ready
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from controlpanel import webserver
 from tests.conftest import ROOT, child_env
 
 
@@ -40,16 +43,13 @@ def test_a_bad_setting_is_one_line_naming_it(var: str, value: str) -> None:
     assert var in lines[0] and repr(value) in lines[0]
 
 
-def test_several_processes_serve_pages_the_gateway_and_stop_on_sigterm(
-    transactional_db: None, settings: Any
-) -> None:
-    port = free_port()
-    proc = subprocess.Popen(
+def start_server(port: int, workers: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
         [sys.executable, "-m", "controlpanel.webserver"],
         cwd=ROOT,
         env=child_env(
             SHARDBOARD_PORT=str(port),
-            SHARDBOARD_WEB_WORKERS="2",
+            SHARDBOARD_WEB_WORKERS=str(workers),
             ALLOWED_HOSTS="127.0.0.1",
             LOG_LEVEL="WARNING",
         ),
@@ -57,23 +57,106 @@ def test_several_processes_serve_pages_the_gateway_and_stop_on_sigterm(
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def wait_serving(proc: subprocess.Popen[str], port: int) -> httpx.Response:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=2)
+        except httpx.TransportError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.2)
+
+
+def listeners(port: int) -> dict[int, set[int]]:
+    """pid → inodes of the LISTEN sockets on `port` it holds (from /proc)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+            inodes.add(int(fields[9]))
+    held: dict[int, set[int]] = {}
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            links = [os.readlink(fd) for fd in (pid_dir / "fd").iterdir()]
+        except OSError:
+            continue
+        mine = {int(link[8:-1]) for link in links if link.startswith("socket:[")} & inodes
+        if mine:
+            held[int(pid_dir.name)] = mine
+    return held
+
+
+def children_of(pid: int) -> set[int]:
+    return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def test_several_processes_serve_pages_the_gateway_and_stop_on_sigterm(
+    transactional_db: None, settings: Any
+) -> None:
+    port = free_port()
+    proc = start_server(port, workers=2)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                login = httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=2)
-                break
-            except httpx.TransportError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.2)
+        login = wait_serving(proc, port)
         assert login.status_code == 200 and "csrfmiddlewaretoken" in login.text
         assert "server" not in login.headers  # no server banner
         gateway = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5)
         assert gateway.status_code == 401
         assert gateway.json()["error"]["type"] == "unauthenticated"
+        # Each process listens on a socket of its own (SO_REUSEPORT: the kernel spreads
+        # connections over them), none in the supervising parent.
+        deadline = time.monotonic() + 30
+        while len(held := listeners(port)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(held) == 2 and all(len(inodes) == 1 for inodes in held.values())
+        assert set(held) <= children_of(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
     assert "Traceback" not in output
+    assert not listeners(port), "every web process has stopped"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_port_in_use_is_one_line_and_never_shared(
+    workers: int, transactional_db: None, settings: Any
+) -> None:
+    port = free_port()
+    first = start_server(port, workers=2)
+    try:
+        wait_serving(first, port)
+        second = start_server(port, workers=workers)
+        output, _ = second.communicate(timeout=60)
+        assert second.returncode == 1
+        lines = output.strip().splitlines()
+        assert lines == [f"shardboard: cannot listen on 127.0.0.1:{port}: Address already in use"]
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
+
+
+def test_a_web_process_that_dies_is_replaced(transactional_db: None, settings: Any) -> None:
+    port = free_port()
+    proc = start_server(port, workers=2)
+    try:
+        wait_serving(proc, port)
+        deadline = time.monotonic() + 30
+        while len(held := listeners(port)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(webserver.START_GRACE_S)  # past start-up: a death now is not a failed start
+        victim = next(iter(held))
+        os.kill(victim, signal.SIGKILL)
+        while (
+            len(held := listeners(port)) < 2 or victim in held
+        ) and time.monotonic() < deadline + 30:
+            time.sleep(0.2)
+        assert len(held) == 2 and victim not in held
+        assert httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=5).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, output
+    assert "starting another" in output

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import threading
 from dataclasses import dataclass, field
@@ -186,10 +187,16 @@ def _usage(n: int) -> dict[str, int]:
 
 
 def _events(path: str, n: int, dialect: str, body: dict[str, Any]) -> list[bytes]:
+    usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    return _events_of(path, n, dialect, usage)
+
+
+@functools.lru_cache(maxsize=64)
+def _events_of(path: str, n: int, dialect: str, include_usage: bool) -> list[bytes]:
     chunks = [_chunk(path, f"t{i} ", "length" if i == n - 1 else None) for i in range(n)]
     if dialect == "transformers":
         chunks[-1]["usage"] = _usage(n)
-    elif (body.get("stream_options") or {}).get("include_usage"):
+    elif include_usage:
         chunks.append({"object": "chat.completion.chunk", "choices": [], "usage": _usage(n)})
     events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
     return events + ([b"data: [DONE]\n\n"] if dialect == "vllm" else [])
