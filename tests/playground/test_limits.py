@@ -20,14 +20,12 @@ def slots_redis(private_redis: PrivateRedis, settings: Any) -> PrivateRedis:
 
 
 async def test_a_burst_gets_exactly_its_limit_in_one_round_trip(slots_redis: PrivateRedis) -> None:
-    """32 requests arriving together: 5 slots, 27 refusals, and one connection to Redis
-    (one pipeline), not 32."""
+    """32 requests arriving together: 5 slots, 27 refusals, and one connection to Redis,
+    not 32."""
     got = await asyncio.gather(*(limits.slot_acquire(7, limit=5, ttl_s=60) for _ in range(32)))
     granted = [slot for slot in got if slot is not None]
     assert len(granted) == 5 and all(slot.enforced for slot in granted)
-    client = limits._batcher().client
-    pool = client.connection_pool
-    assert len(pool._available_connections) + len(pool._in_use_connections) == 1
+    assert len(redis.Redis.from_url(slots_redis.url).client_list()) == 2  # ours and this one
     assert redis.Redis.from_url(slots_redis.url).zcard(limits.slot_key(7)) == 5
     await asyncio.gather(*(slot.release() for slot in granted))
     assert redis.Redis.from_url(slots_redis.url).zcard(limits.slot_key(7)) == 0
@@ -66,3 +64,20 @@ async def test_redis_down_lets_requests_through_unlimited_and_says_so(
         assert all(slot is not None and not slot.enforced for slot in got)
         await got[0].release()  # type: ignore[union-attr]  # nothing to release, no error
     assert "limit not enforced, Redis unavailable" in caplog.text
+
+
+async def test_a_request_that_goes_away_while_acquiring_gives_its_slot_back(
+    slots_redis: PrivateRedis,
+) -> None:
+    """The acquire was on its way to Redis when the client left: it may have been granted
+    there, and is released rather than held until its TTL."""
+    first = await limits.slot_acquire(6, limit=1, ttl_s=60)  # connected, script loaded
+    assert first is not None
+    await first.release()
+    task = asyncio.ensure_future(limits.slot_acquire(6, limit=1, ttl_s=60))
+    await asyncio.sleep(0)  # its command is written; its reply is not read yet
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await limits._link().send("PING")  # answered after whatever the acquire sent
+    assert redis.Redis.from_url(slots_redis.url).zcard(limits.slot_key(6)) == 0
