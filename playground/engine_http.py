@@ -7,10 +7,12 @@ gateway's CPU per relayed token, and a fifth of its CPU before each first token
 httptools (llhttp in C; the parser uvicorn already uses for the gateway's own clients), and a
 body chunk is handed to the relay straight from the protocol.
 
-It speaks httpcore2's interface (Request in, Response out, httpcore2's exceptions), which is
-what playground.engine_pool hands httpx2's transport, so the proxy still sees an httpx2
-response and httpx2's errors. Engines are reached over plain HTTP on loopback or the host's
-private address: there is no TLS here.
+A request goes in as the bytes to write (playground.upstream makes them: one POST, head and
+body); the answer comes out as an `Answer` (status, headers, the body as it arrives). httpx2's
+request and response objects and its transport's mapping to httpcore2's cost about 47 µs a
+request (of the gateway's about 450), all before the engine saw the request (a micro
+benchmark). Engines are reached over plain HTTP on loopback or the host's private address:
+there is no TLS here. Errors are EngineIOError's kinds.
 
 Read timeouts are checked by one timer per connection that is moved only when it fires, not by
 a timer per read (that was a heap push and a cancel for every token).
@@ -22,14 +24,49 @@ import asyncio
 import collections
 import enum
 import time
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import cast
 
-import httpcore2
 import httptools
 
 PAUSE_READING_BYTES = 1 << 20  # stop reading from the engine while this much is unread
 RESUME_READING_BYTES = 1 << 18
+
+
+class EngineIOError(Exception):
+    """The engine could not be reached, or its answer could not be read."""
+
+
+class ConnectError(EngineIOError):
+    pass
+
+
+class ConnectTimeout(ConnectError):
+    pass
+
+
+class ReadTimeout(EngineIOError):
+    pass
+
+
+class WriteTimeout(EngineIOError):
+    pass
+
+
+class ReadError(EngineIOError):
+    pass
+
+
+class WriteError(EngineIOError):
+    pass
+
+
+class ProtocolError(EngineIOError):
+    """The answer is not HTTP, or the engine closed the connection before its end."""
+
+
+class ConnectionNotAvailable(EngineIOError):
+    """This connection is busy or closed (a bug in the caller: the pool checks first)."""
 
 
 class State(enum.Enum):
@@ -48,9 +85,9 @@ async def connect(
                 lambda: EngineConnection(keepalive_expiry), host, port
             )
     except TimeoutError as exc:
-        raise httpcore2.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+        raise ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
     except OSError as exc:
-        raise httpcore2.ConnectError(str(exc)) from exc
+        raise ConnectError(str(exc)) from exc
     return connection  # asyncio already set TCP_NODELAY
 
 
@@ -98,7 +135,7 @@ class EngineConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpcore2.RemoteProtocolError(f"the engine's answer is not HTTP: {exc}"))
+            self._fail(ProtocolError(f"the engine's answer is not HTTP: {exc}"))
             return
         if self._buffered > PAUSE_READING_BYTES and not self._reading_paused:
             self._reading_paused = True
@@ -187,7 +224,7 @@ class EngineConnection(asyncio.Protocol):
         finally:
             self._waiter = None
         if waiter.result() is False:  # type: ignore[comparison-overlap]
-            raise httpcore2.ReadTimeout(f"no data from the engine in {timeout} s")
+            raise ReadTimeout(f"no data from the engine in {timeout} s")
 
     def _on_timer(self) -> None:
         waiter = self._waiter
@@ -200,17 +237,18 @@ class EngineConnection(asyncio.Protocol):
         else:
             self._timer = self._loop.call_at(self._deadline, self._on_timer)
 
-    # --- httpcore2's connection interface (what playground.engine_pool uses) -----------------
+    # --- one request at a time (what playground.engine_pool uses) -----------------------------
 
-    async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
+    async def exchange(
+        self, data: bytes, *, read_timeout: float | None, write_timeout: float | None
+    ) -> Answer:
+        """Writes `data` (a whole request: head and body) and reads the answer's head."""
         if self.state is not State.IDLE or self._eof:
-            raise httpcore2.ConnectionNotAvailable()
+            raise ConnectionNotAvailable("the connection is busy or closed")
         self.state = State.ACTIVE
         self._new_exchange()
-        timeouts = request.extensions.get("timeout", {})
-        read_timeout = timeouts.get("read")
         try:
-            await self._send(request, timeouts.get("write"))
+            await self._send(data, write_timeout)
             while not self._head_done:
                 if self._error is not None or self._eof:
                     raise self._lost("before its answer's headers")
@@ -218,52 +256,30 @@ class EngineConnection(asyncio.Protocol):
         except BaseException:
             self.close()
             raise
-        return httpcore2.Response(
-            status=self._status,
-            headers=self._headers,
-            content=_Body(self, read_timeout),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": self._reason},
-        )
+        return Answer(self, self._status, self._reason, self._headers, read_timeout)
 
-    async def _send(self, request: httpcore2.Request, write_timeout: float | None) -> None:
-        chunked = any(
-            k.lower() == b"transfer-encoding" and b"chunked" in v.lower()
-            for k, v in request.headers
-        )
-        parts = [request.method, b" ", request.url.target, b" HTTP/1.1\r\n"]
-        for name, value in request.headers:
-            parts += (name, b": ", value, b"\r\n")
-        parts.append(b"\r\n")
-        async for chunk in cast(AsyncIterator[bytes], request.stream):
-            if chunked and chunk:
-                parts += (f"{len(chunk):x}\r\n".encode("ascii"), chunk, b"\r\n")
-            elif chunk:
-                parts.append(chunk)
-        if chunked:
-            parts.append(b"0\r\n\r\n")
+    async def _send(self, data: bytes, write_timeout: float | None) -> None:
         if self._eof or self._transport.is_closing():
-            raise httpcore2.WriteError("the engine closed the connection")
-        self._transport.write(b"".join(parts))  # head and body in one system call
+            raise WriteError("the engine closed the connection")
+        self._transport.write(data)  # head and body in one system call
         if self._writing_paused:
             self._drained = self._loop.create_future()
             try:
                 async with asyncio.timeout(write_timeout):
                     await self._drained
             except TimeoutError as exc:
-                raise httpcore2.WriteTimeout(
-                    f"the engine read nothing in {write_timeout} s"
-                ) from exc
+                raise WriteTimeout(f"the engine read nothing in {write_timeout} s") from exc
             finally:
                 self._drained = None
             if self._error is not None:
-                raise httpcore2.WriteError(str(self._error))
+                raise WriteError(str(self._error))
 
     def _lost(self, when: str) -> Exception:
-        if isinstance(self._error, httpcore2.RemoteProtocolError):
+        if isinstance(self._error, ProtocolError):
             return self._error
         if self._error is not None:
-            return httpcore2.ReadError(f"the engine's connection failed {when}: {self._error}")
-        return httpcore2.RemoteProtocolError(f"the engine closed the connection {when}")
+            return ReadError(f"the engine's connection failed {when}: {self._error}")
+        return ProtocolError(f"the engine closed the connection {when}")
 
     async def _next_chunk(self, read_timeout: float | None) -> bytes | None:
         """The next piece of the body; None at its end."""
@@ -309,18 +325,40 @@ class EngineConnection(asyncio.Protocol):
             self._timer = None
         self._transport.close()
 
-    async def aclose(self) -> None:
-        self.close()
 
+class Answer:
+    """An engine's answer: status and headers read, the body piece by piece as it arrives.
+    Closing it ends the exchange (the connection is reusable if the body was read to its end)
+    and then calls `on_close` (the pool takes the connection back)."""
 
-class _Body:
-    """An answer's body, piece by piece as the engine sends it; closing it ends the exchange."""
+    __slots__ = (
+        "_closed",
+        "_connection",
+        "_read_timeout",
+        "headers",
+        "on_close",
+        "reason",
+        "status_code",
+    )
 
-    def __init__(self, connection: EngineConnection, read_timeout: float | None) -> None:
-        self._connection = connection
-        self._read_timeout = read_timeout
+    def __init__(
+        self,
+        connection: EngineConnection,
+        status: int,
+        reason: bytes,
+        headers: list[tuple[bytes, bytes]],
+        read_timeout: float | None,
+    ) -> None:
+        self._connection, self._read_timeout = connection, read_timeout
+        self.status_code, self.reason, self.headers = status, reason, headers
+        self.on_close: Callable[[], None] | None = None
+        self._closed = False
 
-    def __aiter__(self) -> AsyncIterator[bytes]:
+    def header(self, name: bytes) -> bytes | None:
+        lowered = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lowered), None)
+
+    def __aiter__(self) -> Answer:
         return self
 
     async def __anext__(self) -> bytes:
@@ -333,5 +371,13 @@ class _Body:
             raise StopAsyncIteration
         return data
 
+    async def aread(self) -> bytes:
+        return b"".join([piece async for piece in self])
+
     async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         self._connection._exchange_closed()
+        if self.on_close is not None:
+            self.on_close()

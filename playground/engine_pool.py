@@ -6,35 +6,24 @@ that was about a fifth of the gateway's CPU per request (bench/proxy_overhead.py
 Engines speak plain HTTP/1.1 and the gateway never limits its connection count, so this pool
 keeps, per origin, a stack of idle connections (playground.engine_http's), the most recently used
 on top.
-
-It is what EngineTransport hands httpx2's transport as its pool (the same two methods), so
-errors still reach the proxy as httpx2 exceptions.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import AsyncIterator
+import functools
 from types import TracebackType
-from typing import Any
 
-import httpcore2
+from playground.engine_http import Answer, EngineConnection, connect
 
-from playground.engine_http import EngineConnection, connect
+Origin = tuple[str, int]  # (host, port)
 
 
 class EnginePool:
-    def __init__(
-        self,
-        *,
-        max_idle: int,
-        keepalive_expiry: float | None,
-    ) -> None:
+    def __init__(self, *, max_idle: int, keepalive_expiry: float | None) -> None:
         self._max_idle = max_idle
         self._keepalive_expiry = keepalive_expiry
-        # (host, port) → idle connections (httpcore2.Origin is not hashable)
-        self._idle: dict[tuple[bytes, int], collections.deque[EngineConnection]]
-        self._idle = {}
+        self._idle: dict[Origin, collections.deque[EngineConnection]] = {}
         self._idle_count = 0
         self._closed = False
 
@@ -42,57 +31,55 @@ class EnginePool:
     def idle_connections(self) -> int:
         return self._idle_count
 
-    async def handle_async_request(self, request: httpcore2.Request) -> httpcore2.Response:
-        if request.url.scheme != b"http":
-            raise httpcore2.UnsupportedProtocol("engines are reached over plain http://")
+    async def request(
+        self,
+        origin: Origin,
+        data: bytes,
+        *,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+        write_timeout: float | None,
+    ) -> Answer:
+        """`data` (a whole request) sent to `origin` on an idle connection or a new one; the
+        answer, whose closing hands the connection back. Raises engine_http's errors."""
         if self._closed:
             raise RuntimeError("the engine connection pool is closed")
-        origin = request.url.origin
-        connection = await self._checkout(origin)
+        connection = self._checkout(origin)
         if connection is None:
-            connection = await self._connect(origin, request)
-        # On failure the connection closes itself (httpcore2 closes one that did not finish
-        # an exchange); it is simply not returned.
-        response = await connection.handle_async_request(request)
-        return httpcore2.Response(
-            status=response.status,
-            headers=response.headers,
-            content=_ReturnOnClose(response.stream, origin, connection, self),
-            extensions=response.extensions,
+            connection = await connect(
+                origin[0],
+                origin[1],
+                connect_timeout=connect_timeout,
+                keepalive_expiry=self._keepalive_expiry,
+            )
+        # On failure the connection closes itself; it is simply not returned.
+        answer = await connection.exchange(
+            data, read_timeout=read_timeout, write_timeout=write_timeout
         )
+        answer.on_close = functools.partial(self._release, origin, connection)
+        return answer
 
-    async def _checkout(self, origin: httpcore2.Origin) -> EngineConnection | None:
-        idle = self._idle.get((origin.host, origin.port))
+    def _checkout(self, origin: Origin) -> EngineConnection | None:
+        idle = self._idle.get(origin)
         while idle:
             connection = idle.pop()
             self._idle_count -= 1
             # has_expired: past its keep-alive, or the engine hung up (EOF waiting unread)
             if connection.is_idle() and not connection.has_expired():
                 return connection
-            await connection.aclose()
+            connection.close()
         return None
 
-    async def _connect(
-        self, origin: httpcore2.Origin, request: httpcore2.Request
-    ) -> EngineConnection:
-        timeouts = request.extensions.get("timeout", {})
-        return await connect(
-            origin.host.decode("ascii"),
-            origin.port,
-            connect_timeout=timeouts.get("connect"),
-            keepalive_expiry=self._keepalive_expiry,
-        )
-
-    async def _release(self, origin: httpcore2.Origin, connection: EngineConnection) -> None:
-        """A connection whose response is closed: kept if it may carry another request."""
+    def _release(self, origin: Origin, connection: EngineConnection) -> None:
+        """A connection whose answer is closed: kept if it may carry another request."""
         if not connection.is_idle():
-            return  # closed by httpcore2 (an unfinished or non-keep-alive exchange)
+            return  # closed (an unfinished or non-keep-alive exchange)
         if self._closed or self._idle_count >= self._max_idle:
-            await connection.aclose()
+            connection.close()
             return
-        idle = self._idle.setdefault((origin.host, origin.port), collections.deque())
+        idle = self._idle.setdefault(origin, collections.deque())
         while idle and idle[0].has_expired():  # the oldest first: expired ones go
-            await idle.popleft().aclose()
+            idle.popleft().close()
             self._idle_count -= 1
         idle.append(connection)
         self._idle_count += 1
@@ -102,7 +89,7 @@ class EnginePool:
         idle, self._idle, self._idle_count = self._idle, {}, 0
         for connections in idle.values():
             for connection in connections:
-                await connection.aclose()
+                connection.close()
 
     async def __aenter__(self) -> EnginePool:
         return self
@@ -114,30 +101,3 @@ class EnginePool:
         traceback: TracebackType | None = None,
     ) -> None:
         await self.aclose()
-
-
-class _ReturnOnClose:
-    """A response body that hands its connection back to the pool when closed."""
-
-    def __init__(
-        self,
-        stream: Any,
-        origin: httpcore2.Origin,
-        connection: EngineConnection,
-        pool: EnginePool,
-    ) -> None:
-        self._stream, self._origin, self._connection, self._pool = stream, origin, connection, pool
-        self._closed = False
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        # httpcore2's own body iterator: on an error it closes the connection itself.
-        return aiter(self._stream)
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            await self._stream.aclose()  # back to idle when the exchange finished
-        finally:
-            await self._pool._release(self._origin, self._connection)

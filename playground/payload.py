@@ -33,7 +33,7 @@ class GatewayCall:
 
 def parse_call(raw: bytes, kind: Kind) -> GatewayCall:
     try:
-        body = json.loads(raw or b"null")
+        body = json.loads(raw or b"null", parse_constant=_not_json)
     except ValueError as exc:
         raise PayloadError(f"the body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -45,6 +45,10 @@ def parse_call(raw: bytes, kind: Kind) -> GatewayCall:
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     return GatewayCall(kind, model, bool(body.get("stream")), wants_usage, body)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")  # Python's json reads NaN, Infinity
 
 
 def _check_input(body: dict[str, Any], kind: Kind) -> None:

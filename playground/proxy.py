@@ -11,13 +11,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-import httpx2
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
 from playground import limits, sse
 from playground.access import AccessError
 from playground.admission import PLAYGROUND_HEADER, Exchange, admit
+from playground.engine_http import Answer, EngineIOError
 from playground.payload import Kind, engine_body
 from playground.recording import Recorder
 from playground.services import Outcome
@@ -93,11 +93,11 @@ async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponse:
     return response
 
 
-async def _whole(recorder: Recorder, upstream: httpx2.Response, slot: limits.Slot) -> HttpResponse:
+async def _whole(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> HttpResponse:
     exchange = recorder.exchange
     try:
         raw = await upstream.aread()
-    except httpx2.HTTPError as exc:
+    except EngineIOError as exc:
         error = transport_error(exchange.target, exc)
         await recorder.record_and_wait(Outcome(error.kind, error.status, error=error.message))
         return error_response(error.status, error.kind, error.message)
@@ -110,9 +110,7 @@ async def _whole(recorder: Recorder, upstream: httpx2.Response, slot: limits.Slo
     return HttpResponse(raw, status=200, content_type="application/json")
 
 
-async def relay(
-    recorder: Recorder, upstream: httpx2.Response, slot: limits.Slot
-) -> AsyncIterator[bytes]:
+async def relay(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> AsyncIterator[bytes]:
     exchange = recorder.exchange
     meter = sse.StreamMeter(started_s=exchange.started_s)
     splitter = sse.EventSplitter()
@@ -124,7 +122,7 @@ async def relay(
                 out = _pass_events(splitter.feed(data), meter, exchange.call.wants_usage)
                 if out:
                     yield out
-        except (httpx2.HTTPError, TimeoutError) as exc:
+        except (EngineIOError, TimeoutError) as exc:
             error = _relay_error(exchange.target, exc)
         await _stop(upstream, slot)  # the slot is free before the client reads [DONE]
         stopped = True
@@ -143,15 +141,15 @@ async def relay(
             await _stop(upstream, slot)
 
 
-async def _stop(upstream: httpx2.Response, slot: limits.Slot) -> None:
+async def _stop(upstream: Answer, slot: limits.Slot) -> None:
     await upstream.aclose()
     await slot.release()
 
 
-async def _chunks(upstream: httpx2.Response) -> AsyncIterator[bytes]:
+async def _chunks(upstream: Answer) -> AsyncIterator[bytes]:
     """The engine's bytes, bounded by the stream's total time budget."""
     async with asyncio.timeout(stream_max_s()):
-        async for data in upstream.aiter_raw():
+        async for data in upstream:
             yield data
 
 
@@ -181,7 +179,7 @@ def _ended(meter: sse.StreamMeter, error: UpstreamError | None) -> Outcome:
 
 
 def _relay_error(target: Target, exc: Exception) -> UpstreamError:
-    if isinstance(exc, httpx2.HTTPError):
+    if isinstance(exc, EngineIOError):
         return transport_error(target, exc)
     limit = stream_max_s()
     return UpstreamError(504, "stream_time_limit", f"the answer took longer than {limit:g} s")

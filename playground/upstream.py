@@ -1,8 +1,9 @@
-"""The engine side of the gateway: one shared httpx transport per process (event loop).
+"""The engine side of the gateway: one pool of keep-alive connections per event loop.
 
-httpx2 is the httpx 2 line (the client huggingface_hub already uses). Its transport runs here
-on playground.engine_pool's keep-alive connections, each one playground.engine_http's asyncio
-protocol with httptools' parser.
+Requests are written as bytes (head and body, one POST), on playground.engine_pool's
+connections, each one playground.engine_http's asyncio protocol with httptools' parser; the
+answers are engine_http.Answer's. httpx2 did this until its request and response objects were
+measured at about a tenth of the gateway's CPU per request (see engine_http).
 """
 
 from __future__ import annotations
@@ -13,18 +14,26 @@ import json
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx2
 from django.conf import settings
 
-from playground.engine_pool import EnginePool
+from playground.engine_http import (
+    Answer,
+    ConnectError,
+    ConnectTimeout,
+    EngineIOError,
+    ReadTimeout,
+    WriteTimeout,
+)
+from playground.engine_pool import EnginePool, Origin
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
 USER_AGENT = "shardboard-gateway"
 MAX_IDLE_CONNECTIONS = 64
 KEEPALIVE_EXPIRY_S = 5.0
 
-_transports: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EngineTransport] = (
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EnginePool] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -37,34 +46,15 @@ def connect_timeout_s() -> float:
     return settings.PLAYGROUND_CONNECT_TIMEOUT_S
 
 
-def shared_transport() -> EngineTransport:
-    """Keep-alive connections to every engine, reused by every request of this event loop.
-
-    Requests go to the transport itself, not through an httpx2.AsyncClient: the client's
-    layers (auth, redirects, cookies, event hooks) do nothing for an engine request and were
-    about a tenth of the gateway's CPU per request (bench/proxy_overhead.py)."""
+def shared_pool() -> EnginePool:
+    """Keep-alive connections to every engine, reused by every request of this event loop."""
     loop = asyncio.get_running_loop()
-    transport = _transports.get(loop)
-    if transport is None:
-        transport = _transports[loop] = EngineTransport()
-    return transport
-
-
-class EngineTransport(httpx2.AsyncHTTPTransport):
-    """httpx's transport on playground.engine_pool's connections (plain HTTP only: engines)."""
-
-    def __init__(  # the parent's __init__ is not called: its pool and TLS context would be
-        # built (about 40 ms, on the first request of every process) only to be replaced; the
-        # parent's methods use nothing but self._pool.
-        self,
-        max_idle: int = MAX_IDLE_CONNECTIONS,
-        keepalive_expiry_s: float = KEEPALIVE_EXPIRY_S,
-    ) -> None:
-        self._pool = EnginePool(max_idle=max_idle, keepalive_expiry=keepalive_expiry_s)
-
-    @property
-    def pool(self) -> EnginePool:
-        return self._pool
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = EnginePool(
+            max_idle=MAX_IDLE_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY_S
+        )
+    return pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,12 +68,6 @@ class Target:
     served_model: str | None
     api_key: str | None = field(default=None, repr=False)
 
-    def headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream, application/json", "User-Agent": USER_AGENT}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        return headers
-
 
 class UpstreamError(Exception):
     def __init__(self, status: int, kind: str, message: str) -> None:
@@ -91,44 +75,63 @@ class UpstreamError(Exception):
         self.status, self.kind, self.message = status, kind, message
 
 
-async def open_response(target: Target, path: str, body: dict[str, Any]) -> httpx2.Response:
-    """The engine's response, headers read and body not yet; an engine error raises."""
-    timeout = httpx2.Timeout(read_timeout_s(), connect=connect_timeout_s(), pool=5.0)
-    request = httpx2.Request(
-        "POST",
-        engine_url(target.base_url, path),
-        json=body,
-        headers=target.headers(),
-        extensions={"timeout": timeout.as_dict()},
-    )
+async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answer:
+    """The engine's answer, headers read and body not yet; an engine error raises."""
     try:
-        response = await shared_transport().handle_async_request(request)
-    except httpx2.HTTPError as exc:
+        origin, head = request_head(target.base_url, path, target.api_key)
+    except ValueError as exc:
+        raise UpstreamError(502, "engine_error", f"engine of {target.name}: {exc}") from None
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    content = payload.encode()
+    data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(content), content)
+    try:
+        answer = await shared_pool().request(
+            origin,
+            data,
+            connect_timeout=connect_timeout_s(),
+            read_timeout=read_timeout_s(),
+            write_timeout=read_timeout_s(),
+        )
+    except EngineIOError as exc:
         raise transport_error(target, exc) from exc
-    response.request = request
-    if response.status_code >= 400:
-        raise await engine_error(target, response)
-    return response
+    if answer.status_code >= 400:
+        raise await engine_error(target, answer)
+    return answer
 
 
 @functools.lru_cache(maxsize=1024)
-def engine_url(base_url: str, path: str) -> httpx2.URL:
-    """Parsed once per engine and path: parsing was about 20 µs of every request."""
-    return httpx2.URL(base_url + path)
+def request_head(base_url: str, path: str, api_key: str | None) -> tuple[Origin, bytes]:
+    """Where the engine is, and the head of a JSON POST to it up to its Content-Length
+    (made once per engine and path)."""
+    url = urlsplit(base_url + path)
+    if url.scheme != "http" or not url.hostname:
+        raise ValueError(f"engines are reached over plain http://, not {base_url!r}")
+    target = url.path + (f"?{url.query}" if url.query else "")
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: {url.netloc}",
+        "Accept: text/event-stream, application/json",
+        f"User-Agent: {USER_AGENT}",
+        "Content-Type: application/json",
+    ]
+    if api_key:
+        lines.append(f"Authorization: Bearer {api_key}")
+    head = "".join(f"{line}\r\n" for line in lines).encode("latin-1")
+    return (url.hostname, url.port or 80), head
 
 
-def transport_error(target: Target, exc: httpx2.HTTPError) -> UpstreamError:
+def transport_error(target: Target, exc: EngineIOError) -> UpstreamError:
     where = f"engine of {target.name} at {target.base_url}"
-    if isinstance(exc, httpx2.ConnectTimeout):
+    if isinstance(exc, ConnectTimeout):
         return UpstreamError(504, "engine_unreachable", f"{where}: connect timed out")
-    if isinstance(exc, httpx2.ConnectError):
+    if isinstance(exc, ConnectError):
         return UpstreamError(502, "engine_unreachable", f"{where} is not reachable: {exc}")
-    if isinstance(exc, httpx2.TimeoutException):
+    if isinstance(exc, ReadTimeout | WriteTimeout):
         return UpstreamError(504, "engine_timeout", f"{where} did not answer in time")
     return UpstreamError(502, "engine_error", f"{where} failed: {exc!r}")
 
 
-async def engine_error(target: Target, response: httpx2.Response) -> UpstreamError:
+async def engine_error(target: Target, response: Answer) -> UpstreamError:
     try:
         raw = await _read_bounded(response)
     finally:
@@ -138,9 +141,9 @@ async def engine_error(target: Target, response: httpx2.Response) -> UpstreamErr
     return UpstreamError(status, "engine_error", message)
 
 
-async def _read_bounded(response: httpx2.Response) -> bytes:
+async def _read_bounded(response: Answer) -> bytes:
     raw = b""
-    async for chunk in response.aiter_raw():
+    async for chunk in response:
         raw += chunk
         if len(raw) >= ERROR_BODY_MAX_BYTES:
             break

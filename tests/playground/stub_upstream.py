@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import functools
 import json
 import threading
@@ -149,8 +148,9 @@ class StubUpstream:
             self.finished.set()
         finally:
             watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
+            # Its end, not its CancelledError: a cancellation of this task (stop()) must not
+            # be swallowed here, or the connection would wait for another request forever.
+            await asyncio.wait([watch])
 
     async def _hold(self, watch: asyncio.Future[bytes]) -> None:
         if self.hold_after_first is not None:

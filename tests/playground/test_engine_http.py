@@ -9,11 +9,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-import httpcore2
 import pytest
 
 from playground import engine_http
-from playground.engine_http import EngineConnection, connect
+from playground.engine_http import Answer, EngineConnection, connect
 
 Peer = tuple[int, "asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]]"]
 
@@ -31,14 +30,11 @@ async def peer() -> AsyncIterator[Peer]:
     server.close()
 
 
-def post(port: int, body: bytes = b'{"prompt": "x"}', read: float = 2.0) -> httpcore2.Request:
-    return httpcore2.Request(
-        "POST",
-        f"http://127.0.0.1:{port}/v1/completions",
-        headers=[(b"Host", b"engine"), (b"Content-Length", str(len(body)).encode())],
-        content=body,
-        extensions={"timeout": {"read": read, "write": 2.0}},
-    )
+POST = b'POST /v1/completions HTTP/1.1\r\nHost: engine\r\nContent-Length: 15\r\n\r\n{"prompt": "x"}'
+
+
+def ask(connection: EngineConnection, read: float = 2.0) -> asyncio.Task[Answer]:
+    return asyncio.create_task(connection.exchange(POST, read_timeout=read, write_timeout=2.0))
 
 
 async def opened(peer: Peer) -> tuple[EngineConnection, asyncio.StreamReader, asyncio.StreamWriter]:
@@ -50,44 +46,44 @@ async def opened(peer: Peer) -> tuple[EngineConnection, asyncio.StreamReader, as
 
 async def answered(
     peer: Peer, head: bytes, read: float = 2.0
-) -> tuple[EngineConnection, asyncio.Task[httpcore2.Response], asyncio.StreamWriter]:
+) -> tuple[EngineConnection, asyncio.Task[Answer], asyncio.StreamWriter]:
     """A connection with a request on it, to which the peer has written `head`."""
     connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0], read=read)))
+    asking = ask(connection, read)
     await reader.read(65536)
     writer.write(head)
     return connection, asking, writer
 
 
-async def body_of(response: httpcore2.Response) -> list[bytes]:
-    pieces = [piece async for piece in response.stream]  # type: ignore[union-attr]
-    await response.stream.aclose()  # type: ignore[union-attr]
+async def body_of(response: Answer) -> list[bytes]:
+    pieces = [piece async for piece in response]
+    await response.aclose()
     return pieces
 
 
 async def test_a_request_leaves_in_one_write_and_chunks_come_as_they_arrive(peer: Peer) -> None:
     connection, reader, writer = await opened(peer)
-    asking = asyncio.create_task(connection.handle_async_request(post(peer[0])))
+    asking = ask(connection)
     sent = await asyncio.wait_for(reader.read(65536), 2)  # one read: head and body together
-    assert sent.startswith(b"POST /v1/completions HTTP/1.1\r\nHost: engine\r\n")
-    assert sent.endswith(b'\r\n\r\n{"prompt": "x"}')
+    assert sent == POST
     writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n")
     response = await asyncio.wait_for(asking, 2)
-    assert response.status == 200 and response.extensions["reason_phrase"] == b"OK"
-    pieces = response.stream.__aiter__()  # type: ignore[union-attr]
+    assert response.status_code == 200 and response.reason == b"OK"
+    assert response.header(b"transfer-encoding") == b"chunked"
+    pieces = response.__aiter__()
     assert await asyncio.wait_for(pieces.__anext__(), 2) == b"data: "
     writer.write(b"3\r\none\r\n")  # the next chunk, written only now, still comes through
     assert await asyncio.wait_for(pieces.__anext__(), 2) == b"one"
     writer.write(b"0\r\n\r\n")
     with pytest.raises(StopAsyncIteration):
         await asyncio.wait_for(pieces.__anext__(), 2)
-    await response.stream.aclose()  # type: ignore[union-attr]
+    await response.aclose()
     assert connection.is_idle() and not connection.has_expired()  # reusable
-    second = asyncio.create_task(connection.handle_async_request(post(peer[0])))
+    second = ask(connection)
     await reader.read(65536)
     writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno")
     response = await asyncio.wait_for(second, 2)
-    assert response.status == 404 and b"".join(await body_of(response)) == b"no"
+    assert response.status_code == 404 and b"".join(await body_of(response)) == b"no"
     connection.close()
 
 
@@ -107,14 +103,14 @@ async def test_an_engine_that_hangs_up_mid_answer_is_a_read_error(peer: Peer) ->
     connection, asking, writer = await answered(peer, head)
     response = await asyncio.wait_for(asking, 2)
     writer.close()
-    with pytest.raises(httpcore2.RemoteProtocolError, match="middle of its answer"):
+    with pytest.raises(engine_http.ProtocolError, match="middle of its answer"):
         await asyncio.wait_for(body_of(response), 2)
     assert not connection.is_idle()
 
 
 async def test_an_answer_that_is_not_http_is_a_protocol_error(peer: Peer) -> None:
     connection, asking, _writer = await answered(peer, b"SSH-2.0-OpenSSH_9.6\r\n")
-    with pytest.raises(httpcore2.RemoteProtocolError, match="not HTTP"):
+    with pytest.raises(engine_http.ProtocolError, match="not HTTP"):
         await asyncio.wait_for(asking, 2)
     assert not connection.is_idle()
 
@@ -123,12 +119,12 @@ async def test_a_silent_engine_is_a_read_timeout_and_a_slow_one_is_not(peer: Pee
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     connection, asking, writer = await answered(peer, head, read=0.3)
     response = await asyncio.wait_for(asking, 2)
-    pieces = response.stream.__aiter__()  # type: ignore[union-attr]
+    pieces = response.__aiter__()
     for _ in range(4):  # 0.8 s in all, but never 0.3 s without a byte: no timeout
         await asyncio.sleep(0.2)
         writer.write(b"1\r\nx\r\n")
         assert await asyncio.wait_for(pieces.__anext__(), 2) == b"x"
-    with pytest.raises(httpcore2.ReadTimeout):
+    with pytest.raises(engine_http.ReadTimeout):
         await asyncio.wait_for(pieces.__anext__(), 2)
     assert not connection.is_idle()
 
@@ -147,7 +143,7 @@ async def test_an_idle_connection_the_engine_closed_or_wrote_on_has_expired(peer
 
 
 async def test_nobody_listening_is_a_connect_error() -> None:
-    with pytest.raises(httpcore2.ConnectError):
+    with pytest.raises(engine_http.ConnectError):
         await connect("127.0.0.1", 1, connect_timeout=2, keepalive_expiry=None)
 
 

@@ -7,12 +7,15 @@ or not reused when it must not be.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
-import httpx2
 import pytest
 
-from playground.upstream import EngineTransport
+from playground import engine_http, upstream
+from playground.engine_pool import EnginePool
+from playground.upstream import Target, UpstreamError
 from tests.playground.stub_upstream import StubUpstream
 
 STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
@@ -26,64 +29,74 @@ def engine() -> Iterator[StubUpstream]:
 
 
 @pytest.fixture
-async def transport() -> AsyncIterator[EngineTransport]:
-    transport = EngineTransport()
-    yield transport
-    await transport.aclose()
+async def pool() -> AsyncIterator[EnginePool]:
+    pool = EnginePool(max_idle=64, keepalive_expiry=5.0)
+    yield pool
+    await pool.aclose()
 
 
-async def stream_all(client: httpx2.AsyncClient, engine: StubUpstream) -> bytes:
-    async with client.stream("POST", f"{engine.url}/v1/chat/completions", json=STREAM) as r:
-        assert r.status_code == 200
-        return await r.aread()
+async def post(
+    pool: EnginePool, base_url: str, path: str, body: dict[str, Any]
+) -> engine_http.Answer:
+    origin, head = upstream.request_head(base_url, path, None)
+    content = json.dumps(body).encode()
+    data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(content), content)
+    return await pool.request(origin, data, connect_timeout=2, read_timeout=5, write_timeout=5)
+
+
+async def stream_all(pool: EnginePool, engine: StubUpstream) -> bytes:
+    answer = await post(pool, engine.url, "/v1/chat/completions", STREAM)
+    assert answer.status_code == 200
+    try:
+        return await answer.aread()
+    finally:
+        await answer.aclose()
 
 
 async def test_one_connection_carries_requests_one_after_another(
-    engine: StubUpstream, transport: EngineTransport
+    engine: StubUpstream, pool: EnginePool
 ) -> None:
-    async with httpx2.AsyncClient(transport=transport) as client:
-        for _ in range(3):
-            assert b"t2" in await stream_all(client, engine)
-            whole = await client.post(f"{engine.url}/v1/completions", json={"prompt": "x"})
-            assert whole.json()["usage"]["completion_tokens"] == 3
+    for _ in range(3):
+        assert b"t2" in await stream_all(pool, engine)
+        whole = await post(pool, engine.url, "/v1/completions", {"prompt": "x"})
+        assert json.loads(await whole.aread())["usage"]["completion_tokens"] == 3
+        await whole.aclose()
     assert engine.connections == 1
     assert len(engine.seen) == 6
+    assert engine.seen[0].headers["host"] == engine.url.removeprefix("http://")
 
 
 async def test_concurrent_requests_each_get_a_connection_and_all_come_back(
-    engine: StubUpstream, transport: EngineTransport
+    engine: StubUpstream, pool: EnginePool
 ) -> None:
-    client = httpx2.AsyncClient(transport=transport)
     for _ in range(2):
-        bodies = await asyncio.gather(*(stream_all(client, engine) for _ in range(4)))
+        bodies = await asyncio.gather(*(stream_all(pool, engine) for _ in range(4)))
         assert all(b"t2" in body for body in bodies)
-        assert transport.pool.idle_connections == 4
+        assert pool.idle_connections == 4
     assert engine.connections == 4  # the second round reused the first round's four
 
 
 async def test_an_answer_closed_before_its_end_does_not_return_its_connection(
-    transport: EngineTransport,
+    pool: EnginePool,
 ) -> None:
     engine = StubUpstream(tokens=50, interval_s=0.02).start()
     try:
-        client = httpx2.AsyncClient(transport=transport)
-        url = f"{engine.url}/v1/chat/completions"
-        async with client.stream("POST", url, json=STREAM) as response:
-            async for _ in response.aiter_raw():
-                break  # the rest of the answer is still coming: the connection is not reusable
-        assert transport.pool.idle_connections == 0
-        assert b"t49" in await stream_all(client, engine)
+        answer = await post(pool, engine.url, "/v1/chat/completions", STREAM)
+        async for _ in answer:
+            break  # the rest of the answer is still coming: the connection is not reusable
+        await answer.aclose()
+        assert pool.idle_connections == 0
+        assert b"t49" in await stream_all(pool, engine)
         assert engine.connections == 2
     finally:
         engine.stop()
 
 
-async def test_a_connection_the_engine_hung_up_is_not_reused(transport: EngineTransport) -> None:
+async def test_a_connection_the_engine_hung_up_is_not_reused(pool: EnginePool) -> None:
     engine = StubUpstream(tokens=3, close_after_response=True).start()
     try:
-        client = httpx2.AsyncClient(transport=transport)
         for _ in range(3):
-            assert b"t2" in await stream_all(client, engine)
+            assert b"t2" in await stream_all(pool, engine)
             await asyncio.sleep(0.05)  # the engine's FIN has arrived
         assert engine.connections == 3
     finally:
@@ -91,33 +104,31 @@ async def test_a_connection_the_engine_hung_up_is_not_reused(transport: EngineTr
 
 
 async def test_no_more_idle_connections_are_kept_than_allowed(engine: StubUpstream) -> None:
-    transport = EngineTransport(max_idle=2)
-    client = httpx2.AsyncClient(transport=transport)
-    await asyncio.gather(*(stream_all(client, engine) for _ in range(3)))
-    assert transport.pool.idle_connections == 2
-    await transport.aclose()
-    assert transport.pool.idle_connections == 0
+    pool = EnginePool(max_idle=2, keepalive_expiry=5.0)
+    await asyncio.gather(*(stream_all(pool, engine) for _ in range(3)))
+    assert pool.idle_connections == 2
+    await pool.aclose()
+    assert pool.idle_connections == 0
 
 
 async def test_an_idle_connection_past_its_keepalive_is_closed_not_reused(
     engine: StubUpstream,
 ) -> None:
-    transport = EngineTransport(keepalive_expiry_s=0.05)
-    client = httpx2.AsyncClient(transport=transport)
-    await stream_all(client, engine)
+    pool = EnginePool(max_idle=64, keepalive_expiry=0.05)
+    await stream_all(pool, engine)
     await asyncio.sleep(0.1)
-    await stream_all(client, engine)
+    await stream_all(pool, engine)
     assert engine.connections == 2
-    await transport.aclose()
+    await pool.aclose()
 
 
-async def test_nobody_listening_is_an_httpx_connect_error(transport: EngineTransport) -> None:
-    client = httpx2.AsyncClient(transport=transport)
-    with pytest.raises(httpx2.ConnectError):
-        await client.post("http://127.0.0.1:9/v1/completions", json={"prompt": "x"})
+async def test_nobody_listening_is_a_connect_error(pool: EnginePool) -> None:
+    with pytest.raises(engine_http.ConnectError):
+        await post(pool, "http://127.0.0.1:9", "/v1/completions", {"prompt": "x"})
 
 
-async def test_https_is_refused(transport: EngineTransport) -> None:
-    client = httpx2.AsyncClient(transport=transport)
-    with pytest.raises(httpx2.UnsupportedProtocol):
-        await client.post("https://127.0.0.1:9/v1/completions", json={"prompt": "x"})
+async def test_only_plain_http_engines_are_reached(settings: Any) -> None:
+    target = Target(1, "tls", "vllm", "https://127.0.0.1:9", None)
+    with pytest.raises(UpstreamError, match="plain http://") as raised:
+        await upstream.open_response(target, "/v1/completions", {"prompt": "x"})
+    assert raised.value.status == 502

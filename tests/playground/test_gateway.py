@@ -233,6 +233,17 @@ def test_max_tokens_is_capped(server: Any, stub: Any, make_deployment: Any, oper
     assert bad.status_code == 400
 
 
+def test_a_body_that_is_not_json_is_a_400_that_says_why(
+    server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    make_deployment("tiny", stub.port)
+    headers, url = bearer_for(operator), f"{server.url}/v1/chat/completions"
+    for raw, why in ((b"{nope", "not valid JSON"), (b'{"temperature": NaN}', "NaN")):
+        bad = httpx.post(url, content=raw, headers={**headers, "Content-Type": "application/json"})
+        assert bad.status_code == 400 and why in bad.json()["error"]["message"]
+    assert stub.seen == []
+
+
 def test_concurrency_limit_answers_429(
     server: Any, stub: Any, make_deployment: Any, operator: Any
 ) -> None:
