@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Any, cast
 
@@ -107,18 +108,20 @@ class GatewayHandler(ASGIHandler):
         return response
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
-        """Django's, less a generator layer and a chunking pass per chunk of a stream (the
-        relay's chunks are small; the ASGI server frames whatever size it is given)."""
+        """Django's, less a chunking pass per chunk of a stream (the relay's chunks are small;
+        the ASGI server frames whatever size it is given), and for a RelayResponse less
+        Django's wrapper generator too (it checks and converts each chunk: they are bytes)."""
         if not (isinstance(response, StreamingHttpResponse) and response.is_async):
             await super().send_response(response, send)
             return
+        chunks = response.chunks if isinstance(response, RelayResponse) else None
         headers = [(k.encode("ascii"), v.encode("latin1")) for k, v in response.items()]
         for cookie in response.cookies.values():
             headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
         await send(
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
-        async with aclosing(response.streaming_content) as content:  # type: ignore[type-var]
+        async with aclosing(chunks or response.streaming_content) as content:  # type: ignore[type-var]
             async for chunk in content:
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -141,6 +144,15 @@ class GatewayHandler(ASGIHandler):
         if settings.SECURE_REFERRER_POLICY:
             response.setdefault("Referrer-Policy", settings.SECURE_REFERRER_POLICY)
         return response
+
+
+class RelayResponse(StreamingHttpResponse):
+    """A stream of bytes from an async generator, which this handler sends chunk by chunk as
+    they come (any other handler sends it as the StreamingHttpResponse it also is)."""
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None], **kwargs: Any) -> None:
+        super().__init__(chunks, **kwargs)
+        self.chunks = chunks
 
 
 _VALID_HOSTS: set[tuple[str | None, str | None]] = set()

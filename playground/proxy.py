@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from playground import limits, sse
 from playground.access import AccessError
 from playground.admission import PLAYGROUND_HEADER, Exchange, admit
+from playground.asgi import RelayResponse
 from playground.engine_http import Answer, EngineIOError
 from playground.payload import Kind, engine_body
 from playground.recording import Recorder
@@ -85,7 +86,7 @@ async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponse:
         return error_response(exc.status, exc.kind, exc.message)
     if not exchange.call.stream:
         return await _whole(recorder, upstream, slot)
-    response = StreamingHttpResponse(
+    response = RelayResponse(
         relay(recorder, upstream, slot), content_type="text/event-stream; charset=utf-8"
     )
     response["Cache-Control"] = "no-cache"
@@ -110,7 +111,9 @@ async def _whole(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> Htt
     return HttpResponse(raw, status=200, content_type="application/json")
 
 
-async def relay(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> AsyncIterator[bytes]:
+async def relay(
+    recorder: Recorder, upstream: Answer, slot: limits.Slot
+) -> AsyncGenerator[bytes, None]:
     exchange = recorder.exchange
     meter = sse.StreamMeter(started_s=exchange.started_s)
     splitter = sse.EventSplitter()
