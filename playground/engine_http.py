@@ -9,10 +9,11 @@ body chunk is handed to the relay straight from the protocol.
 
 A request goes in as the bytes to write (playground.upstream makes them: one POST, head and
 body); the answer comes out as an `Answer` (status, headers, the body as it arrives). httpx2's
-request and response objects and its transport's mapping to httpcore2's cost about 47 µs a
-request (of the gateway's about 450), all before the engine saw the request (a micro
-benchmark). Engines are reached over plain HTTP on loopback or the host's private address:
-there is no TLS here. Errors are EngineIOError's kinds.
+request and response objects and its transport's mapping to httpcore2's took about 47 µs
+before the engine saw a request (a micro benchmark); without them the gateway's CPU per
+request, 32 at a time in process, went from about 670 to 420 µs. Engines are reached over
+plain HTTP on loopback or the host's private address: there is no TLS here. Errors are
+EngineIOError's kinds.
 
 Read timeouts are checked by one timer per connection that is moved only when it fires, not by
 a timer per read (that was a heap push and a cancel for every token).
