@@ -46,7 +46,10 @@ def _link() -> RedisLink:
     link = _links.get(loop)
     if link is None:
         link = _links[loop] = RedisLink(
-            settings.REDIS_URL, timeout_s=REDIS_TIMEOUT_S, connect_timeout_s=0.5
+            settings.REDIS_URL,
+            timeout_s=REDIS_TIMEOUT_S,
+            connect_timeout_s=0.5,
+            name="shardboard-gateway-slots",
         )
     return link
 

@@ -33,8 +33,11 @@ from redis.exceptions import (
 
 
 class RedisLink:
-    def __init__(self, url: str, *, timeout_s: float, connect_timeout_s: float) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float, connect_timeout_s: float, name: str | None = None
+    ) -> None:
         self._options = parse_url(url)
+        self._name = name  # shown by CLIENT LIST
         self._timeout_s, self._connect_timeout_s = timeout_s, connect_timeout_s
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
@@ -92,6 +95,8 @@ class RedisLink:
                 await protocol.send(("AUTH", *user, options["password"]))
             if options.get("db"):
                 await protocol.send(("SELECT", options["db"]))
+            if self._name:
+                await protocol.send(("CLIENT", "SETNAME", self._name))
         except ResponseError as exc:
             protocol.fail(ConnectionError("closed"))
             raise AuthenticationError(f"Redis at {where} refused the connection: {exc}") from None

@@ -15,18 +15,18 @@ from playground.redis_link import RedisLink
 from tests.conftest import PrivateRedis
 
 
-def clients(server: PrivateRedis) -> int:
-    """Connections Redis has, besides the one asking."""
-    return len(redis.Redis.from_url(server.url).client_list()) - 1
+def clients(server: PrivateRedis, name: str) -> int:
+    """The connections Redis has from clients of that name."""
+    return [c["name"] for c in redis.Redis.from_url(server.url).client_list()].count(name)
 
 
 async def test_commands_sent_together_are_answered_in_order_on_one_connection(
     private_redis: PrivateRedis,
 ) -> None:
-    link = RedisLink(private_redis.url, timeout_s=1, connect_timeout_s=1)
+    link = RedisLink(private_redis.url, timeout_s=1, connect_timeout_s=1, name="linked")
     replies = await asyncio.gather(*(link.send("INCR", "n") for _ in range(100)))
     assert replies == list(range(1, 101))
-    assert clients(private_redis) == 1
+    assert clients(private_redis, "linked") == 1
     link.close()
 
 
