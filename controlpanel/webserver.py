@@ -168,7 +168,11 @@ def main() -> None:
     if sock is not None:
         uvicorn.Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
         return
-    logging.basicConfig(level=log_level.upper(), format="%(levelname)s:     %(message)s")
+    level = logging.getLevelName(log_level.upper())  # uvicorn's "trace" is not a logging level
+    logging.basicConfig(
+        level=level if isinstance(level, int) else logging.DEBUG,
+        format="%(levelname)s:     %(message)s",
+    )
     try:
         code = Supervisor(workers, host, port, log_level).run()
     except OSError as exc:

@@ -42,12 +42,9 @@ class RedisLink:
         self._protocol: _Protocol | None = None
         self._connecting: asyncio.Future[_Protocol] | None = None
 
-    async def call(self, *args: Any) -> Any:
-        """The reply to one command; an error reply is raised (ResponseError, NoScriptError)."""
-        return await self.send(*args)
-
     def send(self, *args: Any) -> asyncio.Future[Any]:
-        """The command written now, when connected (else once connected); its reply to come."""
+        """The command written now, when connected (else once connected); its reply to come.
+        An error reply is raised by the future (ResponseError, NoScriptError)."""
         protocol = self._protocol
         if protocol is not None and not protocol.closed:
             return protocol.send(args)
