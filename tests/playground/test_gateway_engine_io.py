@@ -1,4 +1,5 @@
-"""The gateway's own connections to engines (a shared httpx client): reuse, hang-ups, timeouts."""
+"""The gateway's own connections to engines (playground.engine_pool): reuse, hang-ups, timeouts;
+and what the lean /v1/ handler keeps of Django's."""
 
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ def test_the_lean_gateway_path_checks_the_host_and_sets_security_headers(
     missing = httpx.post(f"{server.url}/v1/nothing-here", json=CHAT, headers=headers)
     assert missing.status_code == 404 and "Traceback" not in missing.text
     assert missing.json() == {"error": {"message": "Not found.", "type": "not_found_error"}}
+    slash = httpx.post(f"{url}/", json=CHAT, headers=headers)  # not a view: Django resolves
+    assert slash.status_code == 404 and slash.json()["error"]["type"] == "not_found_error"
+    wrong = httpx.get(url, headers=headers)
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert len(stub.seen) == 1
 
 
 def test_gateway_errors_are_json_without_internals() -> None:
