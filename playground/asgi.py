@@ -69,7 +69,9 @@ class GatewayHandler(ASGIHandler):
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
-        set_script_prefix(get_script_prefix(scope))
+        prefix = get_script_prefix(scope)
+        if prefix != "/":  # a task starts with "/"; setting it goes through asgiref's Local
+            set_script_prefix(prefix)
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             body_file.close()
