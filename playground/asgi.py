@@ -170,6 +170,7 @@ class GatewayHandler(ASGIHandler):
             else:
                 request.resolver_match = match
                 response = await match.func(request)
+                self.check_response(response, match.func)  # as Django would: not None
         except Exception as exc:  # Django logs it and picks the status; the body is an API's
             set_urlconf(URLCONF)  # the gateway's error views
             response = as_api_error(response_for_exception(request, exc))

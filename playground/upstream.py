@@ -103,13 +103,15 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answ
 def request_head(base_url: str, path: str, api_key: str | None) -> tuple[Origin, bytes]:
     """Where the engine is, and the head of a JSON POST to it up to its Content-Length
     (made once per engine and path)."""
+    if any(c in part for part in (base_url, path, api_key or "") for c in "\r\n\0"):
+        raise ValueError("an engine's address or key holds a line break")  # no header injection
     url = urlsplit(base_url + path)
     if url.scheme != "http" or not url.hostname:
         raise ValueError(f"engines are reached over plain http://, not {base_url!r}")
     target = url.path + (f"?{url.query}" if url.query else "")
     lines = [
         f"POST {target} HTTP/1.1",
-        f"Host: {url.netloc}",
+        f"Host: {url.netloc.rpartition('@')[2]}",  # never user:password@
         "Accept: text/event-stream, application/json",
         f"User-Agent: {USER_AGENT}",
         "Content-Type: application/json",

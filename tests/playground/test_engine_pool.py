@@ -132,3 +132,14 @@ async def test_only_plain_http_engines_are_reached(settings: Any) -> None:
     with pytest.raises(UpstreamError, match="plain http://") as raised:
         await upstream.open_response(target, "/v1/completions", {"prompt": "x"})
     assert raised.value.status == 502
+
+
+def test_the_request_head_names_the_engine_and_nothing_injected() -> None:
+    origin, head = upstream.request_head("http://u:p@10.0.0.7:8001", "/v1/completions", "sk-1")
+    assert origin == ("10.0.0.7", 8001)
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /v1/completions HTTP/1.1" and "Host: 10.0.0.7:8001" in lines
+    assert "Authorization: Bearer sk-1" in lines and "u:p" not in head.decode()
+    for base, key in (("http://10.0.0.7:8001", "sk-1\r\nX-Evil: 1"), ("http://h\n:1", None)):
+        with pytest.raises(ValueError, match="line break"):
+            upstream.request_head(base, "/v1/completions", key)
