@@ -355,10 +355,6 @@ class Answer:
         self.on_close: Callable[[], None] | None = None
         self._closed = False
 
-    def header(self, name: bytes) -> bytes | None:
-        lowered = name.lower()
-        return next((v for k, v in self.headers if k.lower() == lowered), None)
-
     def __aiter__(self) -> Answer:
         return self
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import functools
-from types import TracebackType
 
 from playground.engine_http import Answer, EngineConnection, connect
 
@@ -90,14 +89,3 @@ class EnginePool:
         for connections in idle.values():
             for connection in connections:
                 connection.close()
-
-    async def __aenter__(self) -> EnginePool:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc_value: BaseException | None = None,
-        traceback: TracebackType | None = None,
-    ) -> None:
-        await self.aclose()

@@ -311,16 +311,16 @@ class PrivateRedis:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=0.2)
         deadline = time.monotonic() + 10
-        while True:
-            try:
-                client.ping()
-                return
-            except redis.ConnectionError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
+        with redis.Redis.from_url(self.url, socket_connect_timeout=0.2) as client:
+            while True:  # closed after: tests count the connections Redis has
+                try:
+                    client.ping()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -69,7 +69,7 @@ async def test_a_request_leaves_in_one_write_and_chunks_come_as_they_arrive(peer
     writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\ndata: \r\n")
     response = await asyncio.wait_for(asking, 2)
     assert response.status_code == 200 and response.reason == b"OK"
-    assert response.header(b"transfer-encoding") == b"chunked"
+    assert response.headers == [(b"Transfer-Encoding", b"chunked")]
     pieces = response.__aiter__()
     assert await asyncio.wait_for(pieces.__anext__(), 2) == b"data: "
     writer.write(b"3\r\none\r\n")  # the next chunk, written only now, still comes through
