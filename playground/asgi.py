@@ -69,8 +69,8 @@ class GatewayHandler(ASGIHandler):
             body_file = await self.read_body(receive)
         except RequestAborted:
             return
-        prefix = get_script_prefix(scope)
-        if prefix != "/":  # a task starts with "/"; setting it goes through asgiref's Local
+        prefix = get_script_prefix(scope)  # "" without a root path (uvicorn's default)
+        if prefix not in ("", "/"):  # a task starts with "/"; setting it costs asgiref's Local
             set_script_prefix(prefix)
         request, error_response = self.create_request(scope, body_file)
         if request is None:

@@ -89,7 +89,7 @@ async def connect(
         raise ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
     except OSError as exc:
         raise ConnectError(str(exc)) from exc
-    return connection  # asyncio already set TCP_NODELAY
+    return connection  # the event loop set TCP_NODELAY (asyncio and uvloop do, for TCP)
 
 
 class EngineConnection(asyncio.Protocol):

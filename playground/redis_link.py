@@ -1,13 +1,18 @@
 """One pipelined Redis connection of an event loop, for the gateway's slot commands.
 
-Each command is written to the socket at once and its reply is matched to it in order (Redis
-answers in order), read by an asyncio protocol with hiredis' parser (the one redis-py uses).
+The commands of one loop turn are written together, once the turn is done, and each reply is
+matched to its command in order (Redis answers in order), read by an asyncio protocol with
+hiredis' parser (the one redis-py uses).
 
-A burst of requests arriving together: their commands reach Redis while the loop is still
-admitting the rest of the burst, and their replies are there when it is done. Through redis-py
-they went out together after the whole burst, in one pipeline (one connection per command
-before that: its pool takes a lock and checks the socket for each): the first slot of a burst
-of 32 came 1-2 ms after the last request was admitted (bench/proxy_overhead.py, a trace).
+A burst of 32 requests arriving together is admitted in one or a few loop turns: its slot
+commands reach Redis in one or a few writes, and the replies come back the same way. Written
+one by one as each request was admitted, they cost a send and a wake-up of Redis each, on a
+machine where Redis, the engine and the clients share the CPUs with the gateway: the added
+time to first token of such a burst was 5.8-6.8 ms against 3.2-5.9 ms written together, in
+four interleaved pairs of runs (bench/proxy_overhead.py). Through redis-py they had gone out in
+one pipeline too, but after a task of its own per burst, 1-2 ms after the last request was
+admitted (a trace); one connection per command before that (its pool takes a lock and checks
+the socket for each).
 
 The URL is REDIS_URL's (redis://, rediss://, unix://; user, password and database number),
 read by redis-py's own parser. Every error is a redis.exceptions.RedisError or TimeoutError;
@@ -120,6 +125,7 @@ class _Protocol(asyncio.Protocol):
         self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self._transport: asyncio.Transport | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._out: list[bytes] = []
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -133,8 +139,16 @@ class _Protocol(asyncio.Protocol):
         self._waiting.append((future, self._loop.time() + self._timeout_s))
         if self._timer is None:
             self._timer = self._loop.call_at(self._waiting[0][1], self._check_oldest)
-        self._transport.write(hiredis.pack_command(args))
+        if not self._out:
+            self._loop.call_soon(self._flush)
+        self._out.append(hiredis.pack_command(args))
         return future
+
+    def _flush(self) -> None:
+        """The commands of this loop turn, written in one go."""
+        out, self._out = self._out, []
+        if out and not self.closed and self._transport is not None:
+            self._transport.write(b"".join(out))
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 DONE = b"data: [DONE]\n\n"
 ANSWER_MAX_CHARS = 200_000
 
@@ -130,8 +132,8 @@ def parse_payload(data: bytes) -> dict[str, Any] | None:
     if not data or data == b"[DONE]":
         return None
     try:
-        payload = json.loads(data)
-    except ValueError:
+        payload = orjson.loads(data)  # once per relayed event: about 5 times json's speed
+    except orjson.JSONDecodeError:
         return None
     return payload if isinstance(payload, dict) else None
 
