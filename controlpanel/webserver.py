@@ -21,6 +21,7 @@ what is tested is what runs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -93,6 +94,18 @@ class HttpProtocol(HttpToolsProtocol):
         super().connection_made(cast(asyncio.Transport, HeadWithBody(transport, self.loop)))
 
 
+class Server(uvicorn.Server):
+    """uvicorn's server; once started, what the start made (Django, the app, about 110,000
+    objects) is moved out of the garbage collector's sight (gc.freeze): a full collection
+    over it paused the event loop for 40-50 ms (measured at start-up), and it is never
+    garbage."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        gc.collect()
+        gc.freeze()
+
+
 OPTIONS: dict[str, Any] = {
     "http": HttpProtocol,
     "ws": "websockets-sansio",
@@ -139,7 +152,7 @@ def serve_one(host: str, port: int, log_level: str) -> None:
     except OSError as exc:
         sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
         raise SystemExit(uvicorn.config.STARTUP_FAILURE) from None
-    uvicorn.Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+    Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
 
 
 class Supervisor:
@@ -220,7 +233,7 @@ def main() -> None:
         sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
         raise SystemExit(1) from None
     if sock is not None:
-        uvicorn.Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+        Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
         return
     level = logging.getLevelName(log_level.upper())  # uvicorn's "trace" is not a logging level
     logging.basicConfig(

@@ -100,15 +100,13 @@ class ServerProcess(_FORK.Process):
         self.ready = _FORK.Event()
 
     def run(self) -> None:
-        import uvicorn
-
         from controlpanel import webserver
 
         sock = webserver.listening_socket("127.0.0.1", self.requested_port)
         self.port.value = sock.getsockname()[1]
         ready = self.ready
 
-        class Server(uvicorn.Server):
+        class Server(webserver.Server):
             async def startup(self, sockets: Any = None) -> None:
                 await super().startup(sockets)
                 ready.set()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import socket
@@ -218,3 +219,23 @@ async def test_a_head_alone_leaves_at_the_end_of_the_loop_turn_or_on_close() -> 
     wrapped.write(b"HTTP/1.1 204 No Content\r\n\r\n")  # the next response, then closed at once
     wrapped.close()
     assert await read_all(peer) == head + b"5\r\nfirst\r\n" + b"HTTP/1.1 204 No Content\r\n\r\n"
+
+
+async def test_what_the_start_made_is_frozen_out_of_the_garbage_collectors_sight() -> None:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        raise AssertionError("not called")
+
+    server = webserver.Server(webserver.config(app, log_level="warning"))
+    sock = webserver.listening_socket("127.0.0.1", 0)
+    gc.unfreeze()
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+        assert gc.get_freeze_count() > 10_000  # the modules, Django's and this test run's objects
+    finally:
+        server.should_exit = True
+        await serving
+        gc.unfreeze()
+        sock.close()
