@@ -6,8 +6,8 @@
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
 (tests/playground/stub_upstream.py, its own process), a real ASGI server running Shardboard
-(uvicorn with controlpanel.webserver's options, as `make run` starts it, or daphne for
-comparison; its own process) on a throwaway SQLite database, and
+(uvicorn with controlpanel.webserver's options and its default number of processes, as
+`make run` starts it, or daphne for comparison) on a throwaway SQLite database, and
 measures from this process with a hand-written keep-alive HTTP/1.1 client (cheap enough not
 to starve the server): time to first token (p50/p95) and token throughput, direct and
 proxied, with the CPU share each process used meanwhile.
@@ -34,6 +34,8 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from controlpanel import webserver  # noqa: E402  (the server's defaults)
+
 LEVELS = (1, 8, 32)
 BLOCKS = 3  # direct and proxied alternate this many times per level
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "go"}], "stream": True}
@@ -346,7 +348,10 @@ def main() -> int:
         "starts spread evenly over a stream's length (a steady state of that many streams)",
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="web server processes (uvicorn only)"
+        "--workers",
+        type=int,
+        default=0,
+        help="web server processes (uvicorn only; default: the server's own default)",
     )
     parser.add_argument(
         "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
@@ -363,7 +368,8 @@ def main() -> int:
         env = bench_env(Path(tmp))
         token = prepare_database(env, upstream_port)
         procs = [start_upstream(upstream_port, args.tokens, args.interval_ms)]
-        procs.append(start_server(args.server, server_port, env, args.profile, args.workers))
+        workers = args.workers or webserver.default_workers()
+        procs.append(start_server(args.server, server_port, env, args.profile, workers))
         pids = {"client": os.getpid(), "engine": procs[0].pid, "server": procs[1].pid}
         try:
             wait_port(upstream_port)
@@ -371,7 +377,7 @@ def main() -> int:
             for name, cpu in (("client", 0), ("engine", 0), ("server", 1)):
                 pin(pids[name], cpu if args.pin else None)
             print(
-                f"{args.server} ({args.workers} process(es)), {args.tokens} tokens per stream at {args.interval_ms:g} ms "
+                f"{args.server} ({workers} process(es)), {args.tokens} tokens per stream at {args.interval_ms:g} ms "
                 f"each ({1000 / args.interval_ms:.0f} tok/s per stream), loopback, "
                 f"{'pinned' if args.pin else 'not pinned'}, {os.cpu_count()} CPUs, "
                 f"{args.arrivals} arrivals"

@@ -145,6 +145,16 @@ def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socke
     return sock
 
 
+def serve(sock: socket.socket, host: str, port: int, log_level: str) -> None:
+    """uvicorn on `sock` until SIGTERM or SIGINT. Ctrl-C in a terminal reaches every process
+    of the group, and uvicorn raises it again once it has shut down: that is a normal stop,
+    not a traceback."""
+    try:
+        Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+
+
 def serve_one(host: str, port: int, log_level: str) -> None:
     """One web process of several: its own socket in the port's SO_REUSEPORT group."""
     try:
@@ -152,7 +162,7 @@ def serve_one(host: str, port: int, log_level: str) -> None:
     except OSError as exc:
         sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
         raise SystemExit(uvicorn.config.STARTUP_FAILURE) from None
-    Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+    serve(sock, host, port, log_level)
 
 
 class Supervisor:
@@ -216,13 +226,22 @@ class Supervisor:
                 child.join()
 
 
+def default_workers() -> int:
+    """Two web processes where there are two CPUs: one event loop is the gateway's limit when
+    many streams start together (32 at once on 2 cores: +3.3 and +3.7 ms of added time to first
+    token with two, +5.0 to +6.5 ms with one; bench/proxy_overhead.py), and a process that dies
+    leaves the other serving while it is replaced. More are for the operator to choose: the
+    CPUs of a GPU host are the engines' too."""
+    return min(2, len(os.sched_getaffinity(0)))
+
+
 def main() -> None:
     try:
         host = env.env_str("SHARDBOARD_BIND", "").strip() or "127.0.0.1"
         port = env.env_int("SHARDBOARD_PORT", 8000, low=1, high=65535)
         # More than one process: each has its own event loop (the gateway's streams spread over
         # the CPUs); what they share lives in Redis and the database.
-        workers = env.env_int("SHARDBOARD_WEB_WORKERS", 1, low=1, high=64)
+        workers = env.env_int("SHARDBOARD_WEB_WORKERS", default_workers(), low=1, high=64)
     except env.ConfigError as exc:  # one line, as the ASGI app itself reports bad settings
         sys.stderr.write(f"shardboard: configuration error: {exc}\n")
         raise SystemExit(2) from None
@@ -233,7 +252,7 @@ def main() -> None:
         sys.stderr.write(f"shardboard: cannot listen on {host}:{port}: {exc.strerror or exc}\n")
         raise SystemExit(1) from None
     if sock is not None:
-        Server(config(APP, host=host, port=port, log_level=log_level)).run(sockets=[sock])
+        serve(sock, host, port, log_level)
         return
     level = logging.getLevelName(log_level.upper())  # uvicorn's "trace" is not a logging level
     logging.basicConfig(

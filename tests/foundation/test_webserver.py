@@ -45,16 +45,19 @@ def test_a_bad_setting_is_one_line_naming_it(var: str, value: str) -> None:
     assert var in lines[0] and repr(value) in lines[0]
 
 
-def start_server(port: int, workers: int) -> subprocess.Popen[str]:
+def start_server(
+    port: int, workers: int | None, *, own_group: bool = False
+) -> subprocess.Popen[str]:
+    """`workers` None: as many as by default."""
+    env = child_env(SHARDBOARD_PORT=str(port), ALLOWED_HOSTS="127.0.0.1", LOG_LEVEL="WARNING")
+    env.pop("SHARDBOARD_WEB_WORKERS", None)
+    if workers is not None:
+        env["SHARDBOARD_WEB_WORKERS"] = str(workers)
     return subprocess.Popen(
         [sys.executable, "-m", "controlpanel.webserver"],
         cwd=ROOT,
-        env=child_env(
-            SHARDBOARD_PORT=str(port),
-            SHARDBOARD_WEB_WORKERS=str(workers),
-            ALLOWED_HOSTS="127.0.0.1",
-            LOG_LEVEL="WARNING",
-        ),
+        env=env,
+        start_new_session=own_group,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -95,11 +98,12 @@ def children_of(pid: int) -> set[int]:
     return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: one process by default")
 def test_several_processes_serve_pages_the_gateway_and_stop_on_sigterm(
     transactional_db: None, settings: Any
 ) -> None:
     port = free_port()
-    proc = start_server(port, workers=2)
+    proc = start_server(port, workers=None)  # two by default, on two CPUs or more
     try:
         login = wait_serving(proc, port)
         assert login.status_code == 200 and "csrfmiddlewaretoken" in login.text
@@ -120,6 +124,22 @@ def test_several_processes_serve_pages_the_gateway_and_stop_on_sigterm(
     assert proc.returncode == 0, output
     assert "Traceback" not in output
     assert not listeners(port), "every web process has stopped"
+
+
+@pytest.mark.parametrize("workers", [1, None])
+def test_ctrl_c_stops_every_process_without_a_traceback(
+    transactional_db: None, settings: Any, workers: int | None
+) -> None:
+    port = free_port()
+    proc = start_server(port, workers, own_group=True)
+    try:
+        wait_serving(proc, port)
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: the whole group
+        output, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert not listeners(port)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
