@@ -9,7 +9,8 @@ path costs about a quarter more CPU per relayed chunk; 1000 browsers on the live
 got samples at p99 78 ms (daphne: 112 ms) for half the server CPU (bench/ws_fanout.py).
 uvicorn is also what vLLM serves with. daphne stays installed for `manage.py runserver` only.
 
-Several processes (SHARDBOARD_WEB_WORKERS > 1): each listens on its own SO_REUSEPORT socket,
+Several processes (SHARDBOARD_WEB_WORKERS; two by default where there are two CPUs, see
+default_workers): each listens on its own SO_REUSEPORT socket,
 so the kernel spreads new connections evenly over them. uvicorn's own workers share one
 listening socket, and whichever process wakes first accepts every waiting connection: 32
 clients connecting together all landed in one process (bench/proxy_overhead.py --workers 2).
