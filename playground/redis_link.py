@@ -48,7 +48,8 @@ class RedisLink:
         self._connecting: asyncio.Future[_Protocol] | None = None
 
     def send(self, *args: Any) -> asyncio.Future[Any]:
-        """The command written now, when connected (else once connected); its reply to come.
+        """The command written with the others of this loop turn, when connected (else once
+        connected); its reply to come.
         An error reply is raised by the future (ResponseError, NoScriptError)."""
         protocol = self._protocol
         if protocol is not None and not protocol.closed:
@@ -56,7 +57,8 @@ class RedisLink:
         return asyncio.ensure_future(self._send_connected(args))
 
     def send_if_connected(self, *args: Any) -> None:
-        """Written now if there is a connection, its reply dropped; otherwise nothing."""
+        """Written with the others of this loop turn if there is a connection, its reply
+        dropped; otherwise nothing."""
         protocol = self._protocol
         if protocol is not None and not protocol.closed:
             protocol.send(args).add_done_callback(_retrieved)

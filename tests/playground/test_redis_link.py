@@ -30,6 +30,22 @@ async def test_commands_sent_together_are_answered_in_order_on_one_connection(
     link.close()
 
 
+async def test_the_commands_of_one_loop_turn_reach_redis_in_one_write(
+    private_redis: PrivateRedis,
+) -> None:
+    link = RedisLink(private_redis.url, timeout_s=1, connect_timeout_s=1)
+    await link.send("PING")  # connected
+    transport = link._protocol._transport  # type: ignore[union-attr]
+    writes: list[bytes] = []
+    write = transport.write  # type: ignore[union-attr]
+    transport.write = lambda data: (writes.append(data), write(data))  # type: ignore[union-attr]
+    burst = [link.send("INCR", "n") for _ in range(32)]  # one turn, as a burst is admitted
+    assert writes == []  # not one by one as they come
+    assert await asyncio.gather(*burst) == list(range(1, 33))
+    assert len(writes) == 1 and writes[0].count(b"INCR") == 32
+    link.close()
+
+
 async def test_an_error_reply_goes_to_its_own_command_only(private_redis: PrivateRedis) -> None:
     link = RedisLink(private_redis.url, timeout_s=1, connect_timeout_s=1)
     await link.send("SET", "text", "not a number")
