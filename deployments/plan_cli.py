@@ -35,6 +35,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float)
     parser.add_argument("--block-size", dest="block_size", type=int)
     parser.add_argument("--vllm-version", dest="vllm_version", default="0.33.0")
+    parser.add_argument(
+        "--concurrency", type=int, help="full-length requests one replica must hold at once"
+    )
+    parser.add_argument(
+        "--goal",
+        choices=planning.GOALS,
+        default="balanced",
+        help="balanced: fewer GPUs per replica; throughput: more replicas",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON contract")
 
 
@@ -66,6 +75,8 @@ def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
         gpu_memory_utilization=options.get("gpu_memory_utilization"),
         block_size=options.get("block_size"),
         vllm_version=options.get("vllm_version") or planning.DEFAULT_VLLM_VERSION,
+        concurrency=options.get("concurrency"),
+        goal=options.get("goal") or "balanced",
     )
 
 
@@ -101,7 +112,7 @@ def load_inventory(gpus: str | None) -> planning.Inventory:
         from deployments.inventory import planner_host
         from monitoring.models import Host
 
-        hosts = tuple(planner_host(h) for h in Host.objects.all())
+        hosts = tuple(planner_host(h) for h in Host.objects.in_service())
     except Exception as exc:  # no database or no foundation yet: say so in one line
         raise PlanCliError(f"no --gpus given and no registered inventory ({exc})") from None
     if not any(h.gpus for h in hosts):
@@ -119,6 +130,15 @@ def render(result: planning.PlanResult) -> str:
     if not result.plans:
         return "No layout to plan: the inventory has no GPUs."
     lines = _plan_block(result.plans[0])
+    if result.reason:
+        lines.append(f"why: {result.reason}")
+    offer = result.clip_offer
+    if offer is not None:
+        lines.append(
+            f"or: serve at most {offer.max_model_len} tokens on {offer.gpus_per_replica} GPU(s) "
+            f"with TP={offer.tensor_parallel_size} PP={offer.pipeline_parallel_size} "
+            f"(--max-model-len {offer.max_model_len})"
+        )
     lines.append("")
     lines.append("Other layouts:")
     lines += [_plan_line(p) for p in result.plans[1:]] or ["  (none)"]
@@ -147,6 +167,8 @@ def _plan_block(p: planning.Plan) -> list[str]:
 
 def _plan_line(p: planning.Plan) -> str:
     head = f"  TP={p.tensor_parallel_size} PP={p.pipeline_parallel_size} x{p.replicas}"
+    if p.fits and p.context_clipped:
+        return f"{head}: fits only with the context clipped to {p.max_model_len} tokens"
     if p.fits:
         return f"{head}: fits, {p.kv_cache_tokens} KV tokens, {p.max_concurrency:.2f}x"
     return f"{head}: rejected: {p.reasons[0] if p.reasons else '?'}"

@@ -35,9 +35,10 @@ from .errors import InventorySpecError, ModelSpecError, PlanningError
 from .inventory import Gpu, Host, Inventory, parse_gpus
 from .kvcache import kv_bytes_per_token
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
-from .request import PlanRequest, Settings, resolve
+from .plans import GpuRef, Plan, PlanResult
+from .request import GOALS, PlanRequest, Settings, resolve
 from .result import plan_details, plan_to_json, result_to_json
-from .search import GpuRef, Plan, PlanResult, plan
+from .search import plan
 from .spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
 from .versions import DEFAULT_VLLM_VERSION
 
@@ -61,6 +62,7 @@ def estimate_layout(
 
 __all__ = [
     "DEFAULT_VLLM_VERSION",
+    "GOALS",
     "Gpu",
     "GpuMemory",
     "GpuRef",

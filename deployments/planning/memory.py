@@ -49,6 +49,12 @@ class LayoutMemory:
     max_model_len: int
     reasons: tuple[str, ...]
     warnings: tuple[str, ...]
+    requested_max_model_len: int = 0  # what was asked (or the model's own); 0: max_model_len
+
+    @property
+    def context_clipped(self) -> bool:
+        """The layout serves a shorter context than was asked for."""
+        return 0 < self.max_model_len < self.requested_max_model_len
 
     @property
     def fits(self) -> bool:
@@ -68,7 +74,7 @@ def evaluate_layout(
     errors = layout_errors(spec, tp, pp, s)
     if errors:
         empty = tuple(_empty(t, s) for t in gpu_totals)
-        return LayoutMemory(tp, pp, empty, 0, s.max_model_len, tuple(errors), ())
+        return LayoutMemory(tp, pp, empty, 0, s.max_model_len, tuple(errors), (), s.max_model_len)
     cache: dict[tuple[int, int], tuple[GpuMemory, StageKv]] = {}
     for r, total in enumerate(gpu_totals):
         if (r // tp, total) not in cache:
@@ -112,7 +118,9 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
             f"little KV headroom: {tokens} tokens hold {tokens / max_len:.2f} requests "
             f"of {max_len} tokens"
         )
-    return LayoutMemory(tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings))
+    return LayoutMemory(
+        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len
+    )
 
 
 def _clamped(mem: GpuMemory) -> GpuMemory:

@@ -12,6 +12,7 @@ from .spec import ModelSpec
 from .units import canonical_dtype, dtype_bytes
 from .versions import DEFAULT_VLLM_VERSION, VersionProfile, default_batching, profile_for
 
+GOALS = ("balanced", "throughput")
 KV_DTYPES = frozenset(
     {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
 )
@@ -35,12 +36,16 @@ class PlanRequest:
     block_size: int | None = None
     vllm_version: str = DEFAULT_VLLM_VERSION
     enforce_eager: bool = False
+    # Planning requirements, not engine flags: full-length requests one replica must hold at
+    # once, and whether to favour fewer GPUs per replica or more replicas.
+    concurrency: int | None = None
+    goal: str = "balanced"
 
     def validate(self) -> None:
         """Raise PlanningError on numbers no vLLM would accept."""
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
             _positive(name, getattr(self, name))
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "concurrency"):
             _positive(name, getattr(self, name))
         gmu = self.gpu_memory_utilization
         if gmu is not None and not 0 < gmu <= 1:
@@ -51,6 +56,8 @@ class PlanRequest:
             raise PlanningError(
                 f"block_size must be 1, 8 or a multiple of 16, got {self.block_size}"
             )
+        if self.goal not in GOALS:
+            raise PlanningError(f"goal must be one of {', '.join(GOALS)}, got {self.goal!r}")
         profile_for(self.vllm_version)
 
 

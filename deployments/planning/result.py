@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .memory import GpuMemory
-from .search import Plan, PlanResult
+from .plans import Plan, PlanResult
 
 GPU_KEYS = (
     "weights_bytes",
@@ -51,8 +51,8 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
 
 
 def result_to_json(result: PlanResult) -> dict[str, Any]:
-    """The ``plan --json`` object: ``{"plans": [...]}`` and nothing else."""
-    return {"plans": [plan_to_json(p) for p in result.plans]}
+    """The ``plan --json`` object: ``{"plans": [...], "reason": "why the first one"}``."""
+    return {"plans": [plan_to_json(p) for p in result.plans], "reason": result.reason}
 
 
 def plan_details(p: Plan) -> dict[str, Any]:
@@ -61,6 +61,8 @@ def plan_details(p: Plan) -> dict[str, Any]:
     out["gpus"] = [[{"host": g.host, "index": g.index} for g in r] for r in p.gpus]
     out["max_model_len"] = p.max_model_len
     out["multi_host"] = p.multi_host
+    out["context_clipped"] = p.context_clipped
+    out["requested_max_model_len"] = p.requested_max_model_len
     for entry, mem in zip(out["per_gpu"], p.per_gpu, strict=True):
         entry.update(
             gpu_total_bytes=mem.gpu_total_bytes,

@@ -2,59 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from . import choice
 from .argv import serve_argv
 from .inventory import Gpu, Inventory, link_rank
-from .memory import GpuMemory, LayoutMemory, evaluate_layout
+from .memory import LayoutMemory, evaluate_layout
 from .placement import Replica, TpGroup, replicas, tp_groups
+from .plans import GpuRef, Plan, PlanResult
 from .request import PlanRequest, Settings, resolve
 from .spec import ModelSpec
-
-
-@dataclass(frozen=True, slots=True)
-class GpuRef:
-    """A concrete GPU: host name and device index."""
-
-    host: str
-    index: int
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """One layout: fit verdict, per-GPU memory of a replica, GPUs of every replica, command."""
-
-    tensor_parallel_size: int
-    pipeline_parallel_size: int
-    replicas: int
-    fits: bool
-    reasons: tuple[str, ...]
-    warnings: tuple[str, ...]
-    per_gpu: tuple[GpuMemory, ...]
-    kv_cache_tokens: int
-    max_concurrency: float
-    command: tuple[str, ...]
-    gpus: tuple[tuple[GpuRef, ...], ...]  # per replica, in rank order
-    max_model_len: int
-    multi_host: bool = False
-    link_rank: int = 0  # worst link inside a TP group (0: NVLink)
-
-    @property
-    def gpus_per_replica(self) -> int:
-        """TP × PP."""
-        return self.tensor_parallel_size * self.pipeline_parallel_size
-
-
-@dataclass(frozen=True, slots=True)
-class PlanResult:
-    """Plans best first (a forced ``--tp/--pp`` layout leads, fitting or not)."""
-
-    plans: tuple[Plan, ...]
-
-    @property
-    def best(self) -> Plan | None:
-        """The first plan that fits, if any."""
-        return next((p for p in self.plans if p.fits), None)
 
 
 def plan(spec: ModelSpec, inventory: Inventory, request: PlanRequest) -> PlanResult:
@@ -69,8 +24,8 @@ def plan(spec: ModelSpec, inventory: Inventory, request: PlanRequest) -> PlanRes
     plans = [
         _plan_layout(spec, inventory, request, usable, groups[tp], tp, pp) for tp, pp in layouts
     ]
-    plans.sort(key=lambda p: _rank_key(p, forced))
-    return PlanResult(tuple(plans))
+    plans.sort(key=lambda p: choice.rank_key(p, request, forced))
+    return PlanResult(tuple(plans), choice.reason(plans, request, forced))
 
 
 def _usable(spec: ModelSpec, inv: Inventory, req: PlanRequest) -> dict[str, list[Gpu]]:
@@ -164,6 +119,7 @@ def _finish(
         max_model_len=layout.max_model_len,
         multi_host=multi,
         link_rank=max(g.quality for g in first.stages),
+        requested_max_model_len=layout.requested_max_model_len,
     )
 
 
@@ -214,16 +170,5 @@ def _unplaced(
         command,
         (),
         layout.max_model_len,
-    )
-
-
-def _rank_key(p: Plan, forced: tuple[int, int] | None) -> tuple[int, int, int, int, int, int]:
-    pinned = 0 if (p.tensor_parallel_size, p.pipeline_parallel_size) == forced else 1
-    return (
-        pinned,
-        not p.fits,
-        p.gpus_per_replica,
-        p.link_rank + 6 * p.multi_host,
-        -p.kv_cache_tokens,
-        p.tensor_parallel_size,
+        requested_max_model_len=layout.requested_max_model_len,
     )

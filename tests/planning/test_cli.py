@@ -44,7 +44,8 @@ def model_dir(tmp_path: Path) -> Path:
 
 def test_json_contract(model_dir):
     out = json.loads(run_plan({"model": str(model_dir), "gpus": "2x80GiB", "tp": 2, "json": True}))
-    assert set(out) == {"plans"}
+    assert set(out) == {"plans", "reason"}
+    assert out["reason"] == "TP 2 × PP 1 is the layout you asked for."
     first = out["plans"][0]
     assert set(first) == PLAN_KEYS
     assert (first["tensor_parallel_size"], first["pipeline_parallel_size"]) == (2, 1)
