@@ -7,6 +7,7 @@ from controlpanel import views
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("audit/", views.audit_list, name="audit"),
+    path("hosts/<str:name>/retire/", views.host_retire_view, name="host_retire"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
 from controlpanel import selectors
+from controlpanel.hosts import HostRetireError, host_retire
 from controlpanel.roles import Role, role_required
 
 
@@ -25,3 +28,15 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(selectors.audit_events(filters), 50).get_page(request.GET.get("page"))
     context = {"page": page, "filters": filters, "actions": selectors.audit_actions()}
     return render(request, "controlpanel/audit.html", context)
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def host_retire_view(request: HttpRequest, name: str) -> HttpResponse:
+    try:
+        host_retire(user=request.user, name=name, http_request=request)
+    except HostRetireError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"{name} is retired; it comes back if its worker registers.")
+    return redirect("dashboard")

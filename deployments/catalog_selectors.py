@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.utils import timezone
 from django.utils.text import slugify
 
 from deployments import catalog, inventory, planning
 from deployments.catalog_commands import docker_lines, k8s_manifest, serve_argv
 from deployments.hub import HubClient, ModelCard, ModelSummary, SearchPage
 from deployments.hubaccess import hub_client
+from deployments.models import GpuLease
 from deployments.specs import ModelSource, ModelSourceError, load_spec, local_ref
 from monitoring.models import Host
 
@@ -181,8 +183,41 @@ def local_model(source: ModelSource) -> catalog.LocalModel | None:
     return next((m for m in catalog.list_local() if local_ref(m) == source.ref), None)
 
 
-def host_choices() -> list[Host]:
-    return list(Host.objects.all())
+@dataclass(frozen=True, slots=True)
+class HostChoice:
+    """A registered host as a plan target: whether it answers and how many GPUs are free."""
+
+    host: Host
+    online: bool
+    gpus: int
+    free_gpus: int
+
+    @property
+    def label(self) -> str:
+        state = f"{self.free_gpus} of {self.gpus} GPUs free" if self.online else "offline"
+        sim = ", simulated" if self.host.simulated else ""
+        return f"{self.host.name} ({state}{sim})"
+
+
+def host_choices() -> list[HostChoice]:
+    """Hosts in service: online ones first, the most free GPUs first."""
+    now = timezone.now()
+    hosts = list(Host.objects.in_service().prefetch_related("gpus"))
+    leased = set(
+        GpuLease.objects.filter(active=True, gpu__host__in=hosts).values_list("gpu_id", flat=True)
+    )
+    choices = []
+    for host in hosts:
+        present = [g for g in host.gpus.all() if g.present]
+        free = sum(1 for g in present if g.pk not in leased)
+        choices.append(HostChoice(host, host.is_online(now), len(present), free))
+    return sorted(choices, key=lambda c: (not c.online, -c.free_gpus, c.host.name))
+
+
+def default_target(choices: list[HostChoice]) -> PlanTarget:
+    """The online host with the most free GPUs; a what-if inventory when none is online."""
+    first = next((c for c in choices if c.online), None)
+    return PlanTarget(first.host, "") if first else PlanTarget(None, DEFAULT_WHATIF)
 
 
 # -- the plan panel ---------------------------------------------------------------------------
@@ -203,6 +238,11 @@ class PlanTarget:
     def simulated(self) -> bool:
         return bool(self.host and self.host.simulated)
 
+    @property
+    def online(self) -> bool:
+        """What-if inventories are always plannable; a host only while its worker answers."""
+        return self.host is None or self.host.is_online()
+
     def inventory(self) -> planning.Inventory:
         if self.host is not None:
             return inventory.host_inventory(self.host)
@@ -212,7 +252,7 @@ class PlanTarget:
 def plan_target(target: str, gpus_spec: str) -> PlanTarget:
     if not target or target == WHATIF:
         return PlanTarget(None, gpus_spec.strip() or DEFAULT_WHATIF)
-    host = Host.objects.filter(name=target).first()
+    host = Host.objects.in_service().filter(name=target).first()
     if host is None:
         raise ModelSourceError(f"There is no registered host {target!r}: pick one from the list.")
     return PlanTarget(host, "")
@@ -229,12 +269,20 @@ def plan_panel(
     ok = chosen is not None and chosen.fits
     payload: dict[str, Any] = {
         "ok": ok,
-        "target": {"label": target.label, "simulated": target.simulated},
+        "target": {
+            "label": target.label,
+            "simulated": target.simulated,
+            "host": target.host is not None,
+            "online": target.online,
+        },
         "model_ref": source.ref,
         "revision": source.revision,
         "alternatives": [_alternative(p, p is chosen) for p in result.plans],
         "plan": None,
         "error": None,
+        "reason": result.reason if chosen is result.plans[0] else "",
+        "clip_offer": clip_offer(result),
+        "notice": target_notice(target),
     }
     if chosen is None:
         payload["error"] = f"{target.label} has no free GPU to plan on."
@@ -244,6 +292,32 @@ def plan_panel(
             payload["error"] = no_fit_message(chosen, spec, req)
     payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)
     return payload, ok
+
+
+def clip_offer(result: planning.PlanResult) -> dict[str, Any] | None:
+    """The explicit choice of a shorter context on fewer GPUs, for the panel's button."""
+    p = result.clip_offer
+    if p is None:
+        return None
+    gpus = p.gpus_per_replica
+    return {
+        "max_model_len": p.max_model_len,
+        "tensor_parallel_size": p.tensor_parallel_size,
+        "pipeline_parallel_size": p.pipeline_parallel_size,
+        "text": (
+            f"Or serve at most {p.max_model_len:,} tokens on {gpus} GPU{'s' if gpus != 1 else ''} "
+            f"({p.label})."
+        ),
+    }
+
+
+def target_notice(target: PlanTarget) -> str:
+    if target.online:
+        return ""
+    return (
+        f"{target.host.name if target.host else 'This host'} is offline: the plan uses the GPUs "
+        "it last reported. Start its host worker to launch on it."
+    )
 
 
 def chosen_plan(result: planning.PlanResult, req: planning.PlanRequest) -> planning.Plan | None:
@@ -278,6 +352,8 @@ def _alternative(p: planning.Plan, chosen: bool) -> dict[str, Any]:
         "max_concurrency": p.max_concurrency,
         "kv_cache_tokens_text": f"{p.kv_cache_tokens:,}",
         "max_concurrency_text": concurrency_text(p.max_concurrency),
+        "context_clipped": p.context_clipped,
+        "max_model_len": p.max_model_len,
     }
 
 
@@ -351,7 +427,8 @@ def launch_fields(
         "engine": "vllm",
         "tensor_parallel_size": str(p.tensor_parallel_size),
         "pipeline_parallel_size": str(p.pipeline_parallel_size),
-        "max_model_len": text(req.max_model_len),
+        # A clipped context must be asked for explicitly, or vLLM refuses to start.
+        "max_model_len": text(p.max_model_len if p.context_clipped else req.max_model_len),
         "max_num_seqs": text(req.max_num_seqs),
         "dtype": req.dtype,
         "quantization": text(req.quantization),

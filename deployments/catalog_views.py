@@ -65,6 +65,8 @@ class PlanForm(forms.Form):
     gpus = forms.CharField(required=False, max_length=60)
     max_model_len = forms.IntegerField(required=False, min_value=1)
     max_num_seqs = forms.IntegerField(required=False, min_value=1)
+    concurrency = forms.IntegerField(required=False, min_value=1, max_value=100_000)
+    goal = forms.ChoiceField(required=False, choices=[(g, g) for g in planning.GOALS])
     dtype = forms.ChoiceField(required=False, choices=[(d, d) for d in DTYPES])
     quantization = forms.CharField(required=False, max_length=40)
     kv_cache_dtype = forms.ChoiceField(required=False, choices=[(d, d) for d in KV_DTYPES])
@@ -85,6 +87,8 @@ class PlanForm(forms.Form):
             max_model_len=data["max_model_len"],
             max_num_seqs=data["max_num_seqs"],
             gpu_memory_utilization=data["gpu_memory_utilization"],
+            concurrency=data["concurrency"],
+            goal=data["goal"] or "balanced",
         )
 
     def first_error(self) -> str:
@@ -175,7 +179,7 @@ def _detail(
         context["spec_error"] = getattr(exc, "message", str(exc))
         return render(request, "catalog/detail.html", context, status=status)
     hosts = sel.host_choices()
-    target = sel.PlanTarget(hosts[0], "") if hosts else sel.PlanTarget(None, sel.DEFAULT_WHATIF)
+    target = sel.default_target(hosts)
     request_ = planning.PlanRequest(model=source.engine_model, revision=source.revision or "")
     plan, _ = sel.plan_panel(source, spec, target, request_)
     context.update(arch=sel.architecture_rows(spec), plan=plan, hosts=hosts, target=target)

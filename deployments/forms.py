@@ -15,7 +15,8 @@ from monitoring.models import Host
 
 def _host_choices() -> list[tuple[str, str]]:
     return [
-        (h.name, f"{h.name}{' (simulated)' if h.simulated else ''}") for h in Host.objects.all()
+        (h.name, f"{h.name}{' (simulated)' if h.simulated else ''}")
+        for h in Host.objects.in_service()
     ]
 
 

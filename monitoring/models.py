@@ -9,6 +9,12 @@ from django.db import models
 from django.utils import timezone
 
 
+class HostQuerySet(models.QuerySet["Host"]):
+    def in_service(self) -> HostQuerySet:
+        """Hosts not retired by an admin: the ones every list and plan target shows."""
+        return self.filter(retired_at__isnull=True)
+
+
 class Host(models.Model):
     name = models.CharField(max_length=100, unique=True)
     queue = models.CharField(max_length=120)
@@ -20,6 +26,11 @@ class Host(models.Model):
     info = models.JSONField(default=dict, blank=True)
     registered_at = models.DateTimeField(default=timezone.now)
     last_heartbeat = models.DateTimeField(null=True, blank=True)
+    # Set by an admin for a machine that is gone; its deployments and audit rows keep pointing
+    # at it. A worker that registers or heartbeats under the name clears it again.
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    objects = HostQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

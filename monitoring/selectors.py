@@ -151,7 +151,7 @@ def device_info(gpu: Gpu) -> DeviceInfo:
 
 
 def hosts_with_gpus(host: str | None = None) -> list[Host]:
-    hosts = Host.objects.prefetch_related("gpus")
+    hosts = Host.objects.in_service().prefetch_related("gpus")
     return list(hosts.filter(name=host) if host else hosts)
 
 

@@ -44,6 +44,7 @@ def host_register(
             "info": info,
             "registered_at": now,
             "last_heartbeat": now,
+            "retired_at": None,
         },
     )
     for device in devices:
@@ -66,7 +67,8 @@ def host_register(
 
 def host_heartbeat(*, name: str) -> bool:
     """False when the host row is gone (deleted by an admin): the caller registers again."""
-    return Host.objects.filter(name=name).update(last_heartbeat=timezone.now()) == 1
+    now = timezone.now()
+    return Host.objects.filter(name=name).update(last_heartbeat=now, retired_at=None) == 1
 
 
 def host_mark_offline(*, name: str) -> None:

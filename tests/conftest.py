@@ -23,6 +23,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connections
 
+from deployments.demo_model import make_tiny_llama
+
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 PASSWORD = "correct-horse-battery-staple"
@@ -333,3 +335,12 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Path:
+    """A model root with the tiny Llama at `local:0/tiny`, for this process and the worker."""
+    root = tmp_path_factory.mktemp("models")
+    make_tiny_llama(root / "tiny")
+    settings.MODEL_ROOTS = [root]
+    return root

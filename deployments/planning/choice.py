@@ -45,8 +45,8 @@ def rank_key(p: Plan, req: PlanRequest, forced: tuple[int, int] | None) -> RankK
 
 
 def reason(plans: list[Plan], req: PlanRequest, forced: tuple[int, int] | None) -> str:
-    """One sentence: why ``plans[0]``, against the question an operator asks first: why not a
-    layout on fewer GPUs? When none fits, against the next plan that fits."""
+    """One sentence: why ``plans[0]``, against the question an operator asks first: why not the
+    smallest layout that fits? When no smaller one fits, against the next plan that fits."""
     if not plans or not plans[0].fits:
         return "No layout fits on these GPUs." if plans else ""
     first = plans[0]
@@ -55,7 +55,7 @@ def reason(plans: list[Plan], req: PlanRequest, forced: tuple[int, int] | None) 
         return _clipped(first)
     others = [p for p in plans[1:] if p.fits]
     smaller = [p for p in others if p.gpus_per_replica < first.gpus_per_replica]
-    runner = next(iter(smaller or others), None)
+    runner = min(smaller, key=lambda p: p.gpus_per_replica) if smaller else next(iter(others), None)
     if pinned:
         return f"{first.label} is the layout you asked for."
     if runner is None:

@@ -74,13 +74,13 @@
     return el;
   }
 
+  // The chart is never purged: a purge while a hover or a responsive resize is pending makes
+  // Plotly throw (`_rehover` of undefined, `emit is not a function`). With no plan it is hidden.
   function drawChart(plan) {
     const el = document.getElementById("plan-chart");
     if (!el || !window.Plotly) return;
-    if (!plan) {
-      window.Plotly.purge(el);
-      return;
-    }
+    el.hidden = !plan;
+    if (!plan) return;
     const c = plan.chart;
     const xs = c.labels.map((_, i) => i);
     const traces = c.parts.map((part, i) => ({
@@ -132,7 +132,13 @@
       cell(row, a.replicas).className = "num";
       cell(row, a.kv_cache_tokens_text).className = "num";
       cell(row, a.max_concurrency_text).className = "num";
-      const verdict = a.chosen ? "chosen" : a.fits ? "fits, ranked lower" : "rejected: " + a.reasons.join(" ");
+      const verdict = a.chosen
+        ? "chosen"
+        : a.fits && a.context_clipped
+          ? "fits only with the context clipped to " + a.max_model_len + " tokens"
+          : a.fits
+            ? "fits, ranked lower"
+            : "rejected: " + a.reasons.join(" ");
       const td = cell(row, verdict);
       for (const w of a.warnings) {
         const div = document.createElement("div");
@@ -155,6 +161,13 @@
     }
   }
 
+  function launchNote(payload, targetIsHost, online) {
+    if (!targetIsHost) return "Pick a registered host to launch.";
+    if (!online) return "The host is offline.";
+    if (!payload.ok) return "This plan does not fit.";
+    return payload.plan.launch_note || "";
+  }
+
   function drawLaunch(payload, targetIsHost) {
     const form = document.getElementById("launch-form");
     if (!form) return;
@@ -163,16 +176,35 @@
       const input = form.querySelector('input[type=hidden][name="' + k + '"]');
       if (input) input.value = v;
     }
-    const ok = payload.ok && targetIsHost;
-    form.querySelector("#launch-button").disabled = !ok;
-    text("launch-note", !targetIsHost ? "Pick a registered host to launch." : payload.ok ? (plan.launch_note || "") : "This plan does not fit.");
+    const online = !payload.target || payload.target.online !== false;
+    form.querySelector("#launch-button").disabled = !(payload.ok && targetIsHost && online);
+    text("launch-note", launchNote(payload, targetIsHost, online));
+  }
+
+  function drawBanner(id, message) {
+    const el = document.getElementById(id);
+    if (!el) return;
+    el.hidden = !message;
+    el.textContent = message || "";
+  }
+
+  function drawClipOffer(offer) {
+    const box = document.getElementById("plan-clip");
+    if (!box) return;
+    box.hidden = !offer;
+    text("plan-clip-text", offer ? offer.text : "");
+    const use = document.getElementById("plan-clip-use").dataset;
+    use.len = offer ? offer.max_model_len : "";
+    use.tp = offer ? offer.tensor_parallel_size : "";
+    use.pp = offer ? offer.pipeline_parallel_size : "";
   }
 
   function drawPlan(payload, targetIsHost) {
     const plan = payload.plan;
-    const error = document.getElementById("plan-error");
-    error.hidden = !payload.error;
-    error.textContent = payload.error || "";
+    drawBanner("plan-error", payload.error);
+    drawBanner("plan-notice", payload.notice);
+    drawBanner("plan-reason", payload.reason);
+    drawClipOffer(payload.clip_offer);
     if (payload.target) {
       text("plan-target", payload.target.label);
       document.getElementById("plan-simulated").hidden = !payload.target.simulated;
@@ -199,11 +231,26 @@
     const gpusLabel = document.getElementById("gpus-label");
     const get = latestOnly();
     const isHost = () => target.value !== "whatif";
+    let sent = null;
+    let timer = null;
+    // One timer for both events (a select fires input and change) and no request for a query
+    // already answered: every redraw answers one change, in order.
+    function schedule(ms) {
+      clearTimeout(timer);
+      timer = setTimeout(replan, ms);
+    }
     function replan() {
       gpusLabel.hidden = isHost();
+      const params = query(form).toString();
+      if (params === sent) return;
+      sent = params;
       result.classList.add("plan-busy");
-      get(form.dataset.endpoint + "?" + query(form))
-        .then((r) => r.json())
+      get(form.dataset.endpoint + "?" + params)
+        .then((r) => {
+          const type = r.headers.get("content-type") || "";
+          if (!type.includes("json")) throw new Error("the server answered " + r.status);
+          return r.json();
+        })
         .then((payload) => {
           result.classList.remove("plan-busy");
           drawPlan(payload, isHost());
@@ -211,13 +258,24 @@
         })
         .catch((err) => {
           if (err.name === "AbortError") return;
+          sent = null;
           result.classList.remove("plan-busy");
           drawPlan({ ok: false, error: "Planning failed: " + err.message, plan: null }, isHost());
         });
     }
-    form.addEventListener("input", debounce(replan, 200));
-    form.addEventListener("change", debounce(replan, 50));
+    form.addEventListener("input", () => schedule(200));
+    form.addEventListener("change", () => schedule(50));
     form.addEventListener("submit", (ev) => ev.preventDefault());
+    const useClip = document.getElementById("plan-clip-use");
+    if (useClip)
+      useClip.addEventListener("click", () => {
+        // The offer is a context *and* the layout that serves it: pin both.
+        form.querySelector("[name=max_model_len]").value = useClip.dataset.len;
+        form.querySelector("[name=tensor_parallel_size]").value = useClip.dataset.tp;
+        form.querySelector("[name=pipeline_parallel_size]").value = useClip.dataset.pp;
+        replan();
+      });
+    sent = query(form).toString();  // the server drew the first plan for these fields
     const initial = document.getElementById("plan-data");
     if (initial) drawChart(JSON.parse(initial.textContent).plan);
   }

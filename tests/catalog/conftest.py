@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 from django.conf import settings as django_settings
+from django.utils import timezone
 
 from deployments.hubaccess import _shared_client
 from monitoring.models import Gpu, Host
@@ -75,7 +76,11 @@ def live(hub: HubStub, asgi_server: LiveServer) -> LiveServer:
 @pytest.fixture
 def sim_host(db: None) -> Host:
     host = Host.objects.create(
-        name="sim-a", queue="host.sim-a", backend="simulated", simulated=True
+        name="sim-a",
+        queue="host.sim-a",
+        backend="simulated",
+        simulated=True,
+        last_heartbeat=timezone.now(),
     )
     for index in range(2):
         Gpu.objects.create(

@@ -1,24 +1,12 @@
-"""Shared by the tests that launch real engines: the tiny model's root and a simulated host."""
+"""Shared by the tests that launch real engines: a simulated host (the tiny model is in tests/conftest)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from deployments.demo_model import make_tiny_llama
 from monitoring.models import Host
 from tests.conftest import wait_for
-
-
-@pytest.fixture
-def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Path:
-    """A model root with the tiny Llama at `local:0/tiny`, for this process and the worker."""
-    root = tmp_path_factory.mktemp("models")
-    make_tiny_llama(root / "tiny")
-    settings.MODEL_ROOTS = [root]
-    return root
 
 
 def start_sim_worker(host_worker: Any, host: str, model_root: Path, **env: str) -> Any:
