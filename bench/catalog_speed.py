@@ -33,7 +33,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
-from deployments.hubaccess import _shared_client  # noqa: E402
+from deployments.catalog.hubaccess import _shared_client  # noqa: E402
 from tests.catalog.conftest import clear_hub_cache  # noqa: E402
 from tests.hubstub import HubStub  # noqa: E402
 

@@ -89,7 +89,7 @@ class ExitWatch:
     """Polls a pid from outside (it is the worker's child) and notes when it is gone."""
 
     def __init__(self, pid: int, create_time: float) -> None:
-        from deployments import supervisor as sv
+        from deployments.host import supervisor as sv
 
         self.exited_at: float | None = None
         self._alive = lambda: sv.is_alive(pid, create_time)
@@ -119,8 +119,8 @@ def operator() -> Any:
 
 def one_round(user: Any, i: int, ready_timeout_s: float) -> dict[str, float]:
     from deployments import planning
+    from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
     from deployments.models import Deployment, GpuLease, Status
-    from deployments.services import LaunchRequest, deployment_create, deployment_stop
 
     request = LaunchRequest(
         name=f"bench-{os.getpid()}-{i}",
@@ -171,7 +171,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from deployments.demo_model import make_tiny_llama
+    from deployments.catalog.demo_model import make_tiny_llama
     from monitoring.models import Host
 
     call_command("migrate", verbosity=0)

@@ -13,7 +13,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deployments.plan_cli import PlanCliError, run_plan  # noqa: E402
+from deployments.catalog.plan_cli import PlanCliError, run_plan  # noqa: E402
 
 GIB = 1 << 30
 

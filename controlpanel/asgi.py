@@ -22,7 +22,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
 from controlpanel.routing import websocket_urlpatterns
-from playground.asgi import with_gateway
+from playground.gateway.asgi import with_gateway
 
 application = ProtocolTypeRouter(
     {

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from controlpanel import consumers
-from deployments.routing import websocket_urlpatterns as deployment_routes
+from deployments.lifecycle.routing import websocket_urlpatterns as deployment_routes
 from monitoring.routing import websocket_urlpatterns as monitoring_routes
 
 websocket_urlpatterns = [

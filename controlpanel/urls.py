@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("monitoring.urls")),
-    path("", include("deployments.urls")),
+    path("", include("deployments.catalog.urls")),
+    path("", include("deployments.lifecycle.urls")),
     path("", include("playground.urls")),
 ]

@@ -6,11 +6,11 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from deployments.engines import get_adapter
+from deployments.host.engines import get_adapter
 from deployments.models import Deployment, Status
-from playground.access import AccessError
+from playground.gateway.access import AccessError
+from playground.gateway.upstream import Target
 from playground.models import ApiToken, PlaygroundRun
-from playground.upstream import Target
 
 RUNS_SHOWN = 50
 

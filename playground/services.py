@@ -13,9 +13,9 @@ from django.utils import timezone
 from controlpanel.audit import audit_event, audit_record
 from controlpanel.models import AuditEvent
 from playground import tokens
-from playground.access import token_callers
+from playground.gateway.access import token_callers
+from playground.gateway.payload import GatewayCall, LengthCap, prompt_of
 from playground.models import ApiToken, Mode, PlaygroundRun
-from playground.payload import GatewayCall, LengthCap, prompt_of
 
 _NOT_PARAMETERS = frozenset({"model", "messages", "prompt", "stream", "stream_options"})
 BROWSER_TIMING_KEYS = ("ttft_ms", "duration_ms", "tokens_per_s", "completion_tokens", "chunks")

@@ -5,17 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
-from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
-from playground import proxy, selectors, services
-from playground.access import AccessError, authenticate
+from playground import selectors, services
 
 
 @role_required(Role.OPERATOR)
@@ -74,44 +70,3 @@ def _json_object(request: HttpRequest) -> dict[str, Any]:
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
-
-
-# --- the OpenAI-compatible gateway: authenticates itself (token or session + CSRF) -----------
-
-
-@login_not_required
-@csrf_exempt
-@require_POST
-async def chat_completions(request: HttpRequest) -> HttpResponse:
-    return await proxy.gateway(request, "chat")
-
-
-@login_not_required
-@csrf_exempt
-@require_POST
-async def completions(request: HttpRequest) -> HttpResponse:
-    return await proxy.gateway(request, "completion")
-
-
-@login_not_required
-@require_GET
-async def models_list(request: HttpRequest) -> JsonResponse:
-    try:
-        data = await sync_to_async(_models_for)(request)
-    except AccessError as exc:
-        return proxy.error_response(exc.status, exc.kind, exc.message)
-    return JsonResponse({"object": "list", "data": data})
-
-
-def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
-    caller = authenticate(request)
-    return [
-        {
-            "id": d.name,
-            "object": "model",
-            "created": int(d.created_at.timestamp()),
-            "owned_by": "shardboard",
-            "engine": d.engine,
-        }
-        for d in selectors.deployments_usable(user=caller.user)
-    ]

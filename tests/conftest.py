@@ -23,7 +23,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connections
 
-from deployments.demo_model import make_tiny_llama
+from deployments.catalog.demo_model import make_tiny_llama
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"

@@ -13,7 +13,7 @@ import redis
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from deployments.hubaccess import _shared_client
+from deployments.catalog.hubaccess import _shared_client
 from monitoring.models import Gpu, Host
 from tests.conftest import LiveServer
 from tests.hubstub import HubStub

@@ -10,7 +10,7 @@ from typing import Any
 from django.test import Client
 
 from deployments import planning
-from deployments.forms import LaunchForm
+from deployments.lifecycle.forms import LaunchForm
 from monitoring.models import Host
 from tests.catalog.conftest import BIG, QWEN, login_client
 from tests.hubstub import HubStub
@@ -34,8 +34,8 @@ def plan(client: Client, **params: Any) -> tuple[int, dict[str, Any]]:
 
 
 def expected_plan(spec_source: str, gpus: str, **overrides: Any) -> planning.Plan:
-    from deployments.catalog_selectors import spec_from_card
-    from deployments.hubaccess import hub_client
+    from deployments.catalog.hubaccess import hub_client
+    from deployments.catalog.selectors import spec_from_card
 
     spec = spec_from_card(hub_client().model_info(spec_source))
     req = planning.PlanRequest(model=spec_source, **overrides)

@@ -1,6 +1,6 @@
 """The figures a person reads on the plan panel and model cards."""
 
-from deployments.catalog_selectors import concurrency_text, human_bytes
+from deployments.catalog.selectors import concurrency_text, human_bytes
 
 
 def test_concurrency_reads_as_a_number_of_sequences() -> None:

@@ -18,7 +18,7 @@ def test_offline_previously_seen_model_still_shows(
     client: Client, viewer: Any, hub: HubStub, settings: Any
 ) -> None:
     settings.HF_CACHE_TTL_S = 0  # every entry is stale at once: a reachable Hub is asked again
-    from deployments.hubaccess import _shared_client
+    from deployments.catalog.hubaccess import _shared_client
 
     _shared_client.cache_clear()
     login_client(client, viewer)

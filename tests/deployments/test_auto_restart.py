@@ -11,9 +11,11 @@ import time_machine
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from deployments import outcomes, planning, runner
+from deployments import planning
+from deployments.host import engine_control as runner
+from deployments.host import restart_policy as outcomes
+from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, GpuLease, Status
-from deployments.services import LaunchRequest, deployment_create, deployment_stop
 from monitoring.models import Host
 from tests.conftest import wait_for
 from tests.deployments.conftest import start_sim_worker

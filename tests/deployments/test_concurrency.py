@@ -9,9 +9,9 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from deployments import planning
-from deployments.demo_model import make_tiny_llama
+from deployments.catalog.demo_model import make_tiny_llama
+from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import GpuLease
-from deployments.services import DeploymentError, LaunchRequest, deployment_create
 from monitoring.models import Gpu, Host
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from deployments import planning
+from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.models import Deployment, GpuLease
-from deployments.services import LaunchRequest, deployment_create
 from tests.conftest import LiveServer, login, wait_for
 from tests.deployments.conftest import start_sim_worker
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.selectors import plan_figures
+from deployments.lifecycle.selectors import plan_figures
 
 
 @pytest.mark.parametrize(

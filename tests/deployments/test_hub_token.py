@@ -18,9 +18,14 @@ from django.utils import timezone
 
 from controlpanel.celery import host_queue
 from controlpanel.models import AuditEvent
-from deployments import runner
+from deployments.host import engine_control as runner
+from deployments.lifecycle.services import (
+    DeploymentError,
+    LaunchRequest,
+    deployment_create,
+    deployment_stop,
+)
 from deployments.models import Deployment, GpuLease, Status
-from deployments.services import DeploymentError, LaunchRequest, deployment_create, deployment_stop
 from monitoring.models import Gpu, Host
 from tests.catalog.conftest import LLAMA, QWEN, TOKEN, hub  # noqa: F401 (the Hub fixture)
 from tests.hubstub import HubStub

@@ -11,9 +11,14 @@ from django.test import Client
 
 from controlpanel.models import AuditEvent
 from deployments import planning
-from deployments.memory import memory_table
+from deployments.lifecycle.planned_vs_measured import memory_table
+from deployments.lifecycle.services import (
+    DeploymentError,
+    LaunchRequest,
+    deployment_create,
+    deployment_stop,
+)
 from deployments.models import Deployment, GpuLease, Status
-from deployments.services import DeploymentError, LaunchRequest, deployment_create, deployment_stop
 from monitoring.models import Host
 from tests.conftest import wait_for
 from tests.deployments.conftest import start_sim_worker

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from deployments.memory import memory_rows
+from deployments.lifecycle.planned_vs_measured import memory_rows
 from deployments.models import Deployment, GpuLease, Status
 from monitoring.gpus.base import GpuProcess, GpuSample, HostSample
 from monitoring.models import Gpu, Host

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.demo_model import make_tiny_llama
+from deployments.catalog.demo_model import make_tiny_llama
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from deployments.demo_model import COMPLETE_MARKER, make_tiny_llama
+from deployments.catalog.demo_model import COMPLETE_MARKER, make_tiny_llama
 
 
 def test_tiny_llama_files(tiny_model: Path) -> None:

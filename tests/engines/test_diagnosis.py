@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.diagnosis import diagnose, diagnose_exit, diagnose_spawn_error
+from deployments.host.diagnosis import diagnose, diagnose_exit, diagnose_spawn_error
 
 # Exact texts from ../shared/reference/vllm-memory.md §3 and apis.md §1.4, §2.
 CASES = [

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.engines import (
+from deployments.host.engines import (
     MARKER_ENV,
     LaunchSpec,
     TransformersAdapter,

@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from deployments import supervisor as sv
-from deployments.diagnosis import diagnose, diagnose_spawn_error
-from deployments.engines import MARKER_ENV, EngineCommand, LaunchSpec, VllmAdapter, get_adapter
+from deployments.host import supervisor as sv
+from deployments.host.diagnosis import diagnose, diagnose_spawn_error
+from deployments.host.engines import MARKER_ENV, EngineCommand, LaunchSpec, VllmAdapter, get_adapter
 
 pytestmark = pytest.mark.engine
 
@@ -293,7 +293,7 @@ def test_tail_of_a_missing_log_is_empty(tmp_path: Path) -> None:
 WORKER = """
 import sys
 from pathlib import Path
-from deployments import supervisor as sv
+from deployments.host import supervisor as sv
 handle = sv.spawn(
     [sys.executable, "-c", "import time; time.sleep(60)"],
     {"SHARDBOARD_DEPLOYMENT_ID": "test-orphaned"},

@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from deployments.hub import HubClient, MemoryConfigStore, MemoryTtlStore
+from deployments.catalog.hub import HubClient, MemoryConfigStore, MemoryTtlStore
 from tests.hubstub import HubStub
 
 LLAMA = "meta-llama/Llama-3.1-8B-Instruct"

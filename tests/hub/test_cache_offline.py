@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from deployments.hub import (
+from deployments.catalog.hub import (
     HubClient,
     HubRateLimitedError,
     HubUnreachableError,

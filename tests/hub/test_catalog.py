@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.catalog import LocalModelError, list_local, resolve_local
+from deployments.catalog.local import LocalModelError, list_local, resolve_local
 from tests.hubstub.repos import FIXTURES, safetensors_file
 
 QWEN_CONFIG = FIXTURES / "configs" / "Qwen__Qwen2.5-7B-Instruct.json"

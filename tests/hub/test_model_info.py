@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from deployments.hub import (
+from deployments.catalog.hub import (
     HubClient,
     HubEntryNotFoundError,
     HubGatedError,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from deployments.hub import HubClient
+from deployments.catalog.hub import HubClient
 from tests.hub.conftest import GEMMA, LLAMA
 from tests.hubstub import HubStub
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from deployments.modelfiles import ModelFilesError, read_model_folder
-from deployments.plan_cli import PlanCliError, run_plan
+from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+from deployments.catalog.plan_cli import PlanCliError, run_plan
 
 from .conftest import LLAMA_8B
 

@@ -108,11 +108,11 @@ def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine
     """The engine the deployment tests launch, spawned by hand: it is not a deployment, and
     without the deployment marker host workers of other test runs on this machine do not
     take it for an orphan of theirs and stop it (deployments.worker.reconcile)."""
-    from deployments import supervisor as sv
-    from deployments.demo_model import make_tiny_llama
-    from deployments.engines import LaunchSpec, get_adapter
-    from deployments.engines.base import MARKER_ENV
-    from deployments.engines.probes import wait_ready
+    from deployments.catalog.demo_model import make_tiny_llama
+    from deployments.host import supervisor as sv
+    from deployments.host.engines import LaunchSpec, get_adapter
+    from deployments.host.engines.base import MARKER_ENV
+    from deployments.host.engines.probes import wait_ready
 
     root = tmp_path_factory.mktemp("playground-engine")
     model = make_tiny_llama(root / "tiny-llama")

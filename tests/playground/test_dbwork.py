@@ -9,7 +9,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection
 
-from playground.dbwork import GroupWriter
+from playground.gateway.dbwork import GroupWriter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from playground import engine_http
-from playground.engine_http import Answer, EngineConnection, connect
+from playground.gateway import engine_http
+from playground.gateway.engine_http import Answer, EngineConnection, connect
 
 Peer = tuple[int, "asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]]"]
 

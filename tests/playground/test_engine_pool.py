@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from playground import engine_http, upstream
-from playground.engine_pool import EnginePool
-from playground.upstream import Target, UpstreamError
+from playground.gateway import engine_http, upstream
+from playground.gateway.engine_pool import EnginePool
+from playground.gateway.upstream import Target, UpstreamError
 from tests.playground.stub_upstream import StubUpstream
 
 STREAM = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}

@@ -17,7 +17,7 @@ from django.contrib.auth.models import Group
 
 from deployments.models import Deployment
 from playground import services
-from playground.cache import REFRESH_DELAY_S, TtlCache
+from playground.gateway.cache import REFRESH_DELAY_S, TtlCache
 from tests.playground.conftest import session_for
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}

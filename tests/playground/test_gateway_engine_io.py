@@ -86,7 +86,7 @@ def test_the_lean_gateway_path_checks_the_host_and_sets_security_headers(
 def test_gateway_errors_are_json_without_internals() -> None:
     from django.http import HttpResponse, HttpResponseServerError
 
-    from playground.asgi import as_api_error
+    from playground.gateway.asgi import as_api_error
 
     crash = as_api_error(HttpResponseServerError("<h1>Server Error (500)</h1>"))
     assert crash.status_code == 500 and crash["Content-Type"] == "application/json"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 
-from playground import limits
+from playground.gateway import limits
 from tests.conftest import PrivateRedis
 
 
@@ -60,7 +60,7 @@ async def test_redis_down_lets_requests_through_unlimited_and_says_so(
     slots_redis: PrivateRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
     slots_redis.stop()
-    with caplog.at_level(logging.WARNING, "playground.limits"):
+    with caplog.at_level(logging.WARNING, "playground.gateway.limits"):
         got = await asyncio.gather(*(limits.slot_acquire(5, limit=1, ttl_s=60) for _ in range(3)))
         assert all(slot is not None and not slot.enforced for slot in got)
         await got[0].release()  # type: ignore[union-attr]  # nothing to release, no error

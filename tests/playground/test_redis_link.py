@@ -1,4 +1,4 @@
-"""playground.redis_link: one pipelined connection, against a real redis-server of its own."""
+"""playground.gateway.redis_link: one pipelined connection, against a real redis-server of its own."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import redis
 from redis.exceptions import AuthenticationError, ConnectionError, ResponseError
 
-from playground.redis_link import RedisLink
+from playground.gateway.redis_link import RedisLink
 from tests.conftest import PrivateRedis
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.sse import EventSplitter, event_data
+from playground.gateway.sse import EventSplitter, event_data
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from controlpanel.celery import app, host_queue
-from deployments import worker as deployments_worker  # noqa: F401  (engine watchdog, reconcile)
+from deployments.host import watchdog as deployments_worker  # noqa: F401  (engine watchdog, reconcile)
 from monitoring import worker as monitoring_worker  # noqa: F401  (connects its signal handlers)
 
 

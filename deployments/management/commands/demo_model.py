@@ -14,7 +14,7 @@ class Command(BaseCommand):
     help = "Create the tiny random-weight demo model under MODEL_ROOTS[0] (once)."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from deployments.demo_model import is_complete, make_tiny_llama
+        from deployments.catalog.demo_model import is_complete, make_tiny_llama
 
         path = settings.MODEL_ROOTS[0] / DEMO_MODEL_DIR
         if is_complete(path):

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from deployments.plan_cli import PlanCliError, add_arguments, one_line, run_plan
+from deployments.catalog.plan_cli import PlanCliError, add_arguments, one_line, run_plan
 
 
 class _OneLineParser(CommandParser):

@@ -1,0 +1,178 @@
+"""The ``plan`` command's logic, free of Django so it can be called and tested directly.
+
+``add_arguments`` declares the options, ``run_plan`` turns parsed options into the text to
+print, raising ``PlanCliError`` (one line, exit status 2) for any bad input."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from deployments import planning
+from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+from deployments.planning.units import GIB
+
+
+class PlanCliError(ValueError):
+    """Bad input for ``plan``: printed as one line, exit status 2."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``manage.py plan``."""
+    parser.add_argument("model", help="local model folder (config.json) or Hub id org/name")
+    parser.add_argument("--gpus", help="NxSIZE[@nvlink|@pcie], e.g. 4x80GiB; default: registered")
+    parser.add_argument("--tp", type=int, help="tensor parallel size (pins the first plan)")
+    parser.add_argument("--pp", type=int, help="pipeline parallel size (pins the first plan)")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--quantization", default=None)
+    parser.add_argument("--kv-cache-dtype", dest="kv_cache_dtype", default="auto")
+    parser.add_argument("--max-model-len", dest="max_model_len", type=int)
+    parser.add_argument("--max-num-seqs", dest="max_num_seqs", type=int)
+    parser.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens", type=int)
+    parser.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float)
+    parser.add_argument("--block-size", dest="block_size", type=int)
+    parser.add_argument("--vllm-version", dest="vllm_version", default="0.33.0")
+    parser.add_argument(
+        "--concurrency", type=int, help="full-length requests one replica must hold at once"
+    )
+    parser.add_argument(
+        "--goal",
+        choices=planning.GOALS,
+        default="balanced",
+        help="balanced: fewer GPUs per replica; throughput: more replicas",
+    )
+    parser.add_argument("--json", action="store_true", help="print the JSON contract")
+
+
+def run_plan(options: Mapping[str, Any]) -> str:
+    """Plan as the options say and return the text to print."""
+    try:
+        spec = load_model(str(options["model"]))
+        inventory = load_inventory(options.get("gpus"))
+        result = planning.plan(spec, inventory, request_from(options))
+    except (planning.PlanningError, ModelFilesError) as exc:
+        raise PlanCliError(one_line(str(exc))) from None
+    if options.get("json"):
+        return json.dumps(planning.result_to_json(result), indent=2)
+    return render(result)
+
+
+def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
+    """The PlanRequest the options describe."""
+    return planning.PlanRequest(
+        model=str(options["model"]),
+        tensor_parallel_size=options.get("tp"),
+        pipeline_parallel_size=options.get("pp"),
+        dtype=options.get("dtype") or "auto",
+        quantization=options.get("quantization") or None,
+        kv_cache_dtype=options.get("kv_cache_dtype") or "auto",
+        max_model_len=options.get("max_model_len"),
+        max_num_seqs=options.get("max_num_seqs"),
+        max_num_batched_tokens=options.get("max_num_batched_tokens"),
+        gpu_memory_utilization=options.get("gpu_memory_utilization"),
+        block_size=options.get("block_size"),
+        vllm_version=options.get("vllm_version") or planning.DEFAULT_VLLM_VERSION,
+        concurrency=options.get("concurrency"),
+        goal=options.get("goal") or "balanced",
+    )
+
+
+def load_model(ref: str) -> planning.ModelSpec:
+    """A local folder, else a Hub id through the project's hub client."""
+    folder = Path(ref).expanduser()
+    if folder.is_dir():
+        config, summary = read_model_folder(folder)
+        return planning.ModelSpec.from_config(config, safetensors=summary, name=folder.name)
+    if ref.count("/") != 1 or ref.startswith((".", "/", "~")):
+        raise PlanCliError(f"{ref}: no such model folder")
+    return _hub_model(ref)
+
+
+def _hub_model(ref: str) -> planning.ModelSpec:
+    try:
+        from deployments.catalog.sources import ModelSourceError, load_spec, resolve_source
+    except Exception as exc:  # Django not configured: only local folders work
+        raise PlanCliError(
+            f"{ref}: not a local folder, and the Hub is unavailable ({exc})"
+        ) from None
+    try:
+        return load_spec(resolve_source(ref))
+    except ModelSourceError as exc:
+        raise PlanCliError(one_line(str(exc))) from None
+
+
+def load_inventory(gpus: str | None) -> planning.Inventory:
+    """``--gpus`` parsed, else every registered host (needs Django)."""
+    if gpus:
+        return planning.parse_gpus(gpus)
+    try:
+        from deployments.catalog.registered import planner_host
+        from monitoring.models import Host
+
+        hosts = tuple(planner_host(h) for h in Host.objects.in_service())
+    except Exception as exc:  # no database or no foundation yet: say so in one line
+        raise PlanCliError(f"no --gpus given and no registered inventory ({exc})") from None
+    if not any(h.gpus for h in hosts):
+        raise PlanCliError("no --gpus given and no GPUs are registered; pass e.g. --gpus 4x80GiB")
+    return planning.Inventory(hosts)
+
+
+def one_line(text: str) -> str:
+    """Collapse a message onto one line."""
+    return " ".join(text.split())
+
+
+def render(result: planning.PlanResult) -> str:
+    """Human output: per-GPU table and command of the first plan, then every other layout."""
+    if not result.plans:
+        return "No layout to plan: the inventory has no GPUs."
+    lines = _plan_block(result.plans[0])
+    if result.reason:
+        lines.append(f"why: {result.reason}")
+    offer = result.clip_offer
+    if offer is not None:
+        lines.append(
+            f"or: serve at most {offer.max_model_len} tokens on {offer.gpus_per_replica} GPU(s) "
+            f"with TP={offer.tensor_parallel_size} PP={offer.pipeline_parallel_size} "
+            f"(--max-model-len {offer.max_model_len})"
+        )
+    lines.append("")
+    lines.append("Other layouts:")
+    lines += [_plan_line(p) for p in result.plans[1:]] or ["  (none)"]
+    return "\n".join(lines)
+
+
+def _plan_block(p: planning.Plan) -> list[str]:
+    verdict = "fits" if p.fits else "does NOT fit"
+    lines = [
+        f"TP={p.tensor_parallel_size} PP={p.pipeline_parallel_size} replicas={p.replicas}: "
+        f"{verdict}; KV cache {p.kv_cache_tokens} tokens, max concurrency "
+        f"{p.max_concurrency:.2f} at {p.max_model_len} tokens",
+        f"{'rank':>4} {'gpu':>10} {'weights':>9} {'activ.':>8} {'non-torch':>9} "
+        f"{'graphs':>8} {'KV cache':>9} {'free':>8}  (GiB)",
+    ]
+    ids = [f"{g.host}:{g.index}" for g in p.gpus[0]] if p.gpus else ["-"] * len(p.per_gpu)
+    for rank, (mem, gpu) in enumerate(zip(p.per_gpu, ids, strict=False)):
+        lines.append(
+            f"{rank:>4} {gpu:>10} {_g(mem.weights_bytes):>9} {_g(mem.activation_bytes):>8} "
+            f"{_g(mem.non_torch_bytes):>9} {_g(mem.cuda_graph_bytes):>8} "
+            f"{_g(mem.kv_cache_bytes):>9} {_g(mem.free_bytes):>8}"
+        )
+    lines += [f"reason: {r}" for r in p.reasons] + [f"warning: {w}" for w in p.warnings]
+    return [*lines, "command: " + " ".join(p.command)]
+
+
+def _plan_line(p: planning.Plan) -> str:
+    head = f"  TP={p.tensor_parallel_size} PP={p.pipeline_parallel_size} x{p.replicas}"
+    if p.fits and p.context_clipped:
+        return f"{head}: fits only with the context clipped to {p.max_model_len} tokens"
+    if p.fits:
+        return f"{head}: fits, {p.kv_cache_tokens} KV tokens, {p.max_concurrency:.2f}x"
+    return f"{head}: rejected: {p.reasons[0] if p.reasons else '?'}"
+
+
+def _g(n_bytes: int) -> str:
+    return f"{n_bytes / GIB:.2f}"

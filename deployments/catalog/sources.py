@@ -1,0 +1,91 @@
+"""Where a model comes from (a local folder under MODEL_ROOTS, or the Hub) and its ModelSpec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from deployments.catalog import local as catalog
+from deployments.planning import ModelSpec, PlanningError, SafetensorsSummary
+
+LOCAL_PREFIX = "local:"
+
+
+class ModelSourceError(ValueError):
+    """The model cannot be found or read; the message is for the user."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    ref: str  # what the user chose: "local:<root>/<path>" or a Hub id
+    engine_model: str  # what the engine is given: an absolute folder or the Hub id
+    revision: str
+    is_local: bool
+
+
+def resolve_source(ref: str, revision: str = "") -> ModelSource:
+    ref = ref.strip()
+    if not ref:
+        raise ModelSourceError("Choose a model.")
+    if ref.startswith(LOCAL_PREFIX):
+        root, _, relative = ref.removeprefix(LOCAL_PREFIX).partition("/")
+        try:
+            folder = catalog.resolve_local(int(root) if root.isdigit() else root, relative or ".")
+        except catalog.LocalModelError as exc:
+            raise ModelSourceError(str(exc)) from exc
+        return ModelSource(ref, str(folder), "", True)
+    if ref.startswith(("/", ".")) or ".." in ref or ref.count("/") != 1:
+        raise ModelSourceError(f"{ref!r} is not a Hub id like 'org/name' nor a local model.")
+    return ModelSource(ref, ref, revision.strip(), False)
+
+
+def local_ref(model: catalog.LocalModel) -> str:
+    return f"{LOCAL_PREFIX}{model.root_index}/{model.relative_path}"
+
+
+def load_spec(source: ModelSource, *, token: str | None = None) -> ModelSpec:
+    """The planner's ModelSpec; Hub data through the hub client (the user's token, if given)."""
+    if source.is_local:
+        return _local_spec(Path(source.engine_model))
+    from deployments.catalog.hub import HubError
+    from deployments.catalog.hubaccess import hub_client
+
+    try:
+        card = hub_client(token).model_info(source.ref, revision=source.revision or None)
+    except HubError as exc:
+        raise ModelSourceError(str(exc)) from exc
+    if card.config is None and card.gated and not token:
+        raise ModelSourceError(
+            f"{source.ref} is gated: the engine could not download it. Set your own Hub token "
+            "(Models page, 'Hub token') with access to it, then launch again; it is used for "
+            "this launch and given to the engine only."
+        )
+    if card.config is None:
+        raise ModelSourceError(card.config_error or f"{source.ref} has no readable config.json.")
+    summary = (
+        SafetensorsSummary(dict(card.parameters_by_dtype)) if card.parameters_by_dtype else None
+    )
+    return _spec(card.config, summary, source.ref)
+
+
+def _local_spec(folder: Path) -> ModelSpec:
+    from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+
+    try:
+        config, summary = read_model_folder(folder)
+    except ModelFilesError as exc:
+        raise ModelSourceError(str(exc)) from exc
+    return _spec(config, summary, folder.name)
+
+
+def _spec(config: dict, summary: SafetensorsSummary | None, name: str) -> ModelSpec:
+    try:
+        return ModelSpec.from_config(config, safetensors=summary, name=name)
+    except PlanningError as exc:
+        raise ModelSourceError(f"{name}: {exc}") from exc
+
+
+def model_roots() -> list[Path]:
+    return list(settings.MODEL_ROOTS)

@@ -1,0 +1,219 @@
+"""Host-worker side of a deployment: spawn, wait for ready, watch, stop, release. No pages."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from controlpanel.audit import audit_record
+from deployments import events, sealed
+from deployments.catalog.sources import LOCAL_PREFIX
+from deployments.host import diagnosis
+from deployments.host import owner as identity
+from deployments.host import restart_policy as outcomes
+from deployments.host import supervisor as sv
+from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
+from deployments.host.engines.probes import smoke_test, wait_ready
+from deployments.models import Deployment, Engine, Status
+
+log = logging.getLogger(__name__)
+
+
+def log_dir() -> Path:
+    path = Path(settings.VAR_DIR) / "engine-logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def launch_spec(d: Deployment, port: int) -> LaunchSpec:
+    plan = d.plan
+    indices = tuple(lease.gpu.index for lease in d.leases.filter(active=True).select_related("gpu"))
+    simulated = d.host.simulated
+    request = plan.get("request", {})
+    return LaunchSpec(
+        deployment_id=str(d.pk),
+        model=d.model_id,
+        port=port,
+        host=settings.SHARDBOARD_ENGINE_HOST,
+        revision=d.revision or None,
+        served_model_name=d.name,
+        api_key=d.engine_api_key() if d.engine == Engine.VLLM else None,
+        tensor_parallel_size=1 if simulated else plan.get("tensor_parallel_size", 1),
+        pipeline_parallel_size=1 if simulated else plan.get("pipeline_parallel_size", 1),
+        gpu_indices=() if simulated else indices,
+        gpu_memory_utilization=request.get("gpu_memory_utilization"),
+        max_model_len=None if d.engine == Engine.TRANSFORMERS else plan.get("max_model_len"),
+        max_num_seqs=request.get("max_num_seqs"),
+        dtype=None if request.get("dtype", "auto") == "auto" else request["dtype"],
+        quantization=request.get("quantization") if d.engine == Engine.VLLM else None,
+        kv_cache_dtype=None
+        if request.get("kv_cache_dtype", "auto") == "auto"
+        else request["kv_cache_dtype"],
+        multi_host=bool(plan.get("multi_host")),
+        device="cpu" if simulated else "cuda",
+        hf_offline=_is_local(d),
+        hf_token=None if _is_local(d) else _hub_token(d),
+        owner=identity.engine_owner(),
+    )
+
+
+def _is_local(d: Deployment) -> bool:
+    return str(d.plan.get("model_ref", "")).startswith(LOCAL_PREFIX) or d.model_id.startswith("/")
+
+
+def _hub_token(d: Deployment) -> str | None:
+    """The launcher's own token, else this host's HF_TOKEN setting (gated or private repos)."""
+    return sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) or settings.HF_TOKEN or None
+
+
+def launch(deployment_id: int) -> dict[str, Any]:
+    d = Deployment.objects.select_related("host", "created_by").get(pk=deployment_id)
+    if d.status != Status.PENDING:
+        return {"skipped": f"status is {d.status}"}
+    return _start(d, "", "")
+
+
+def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
+    """One automatic restart; a duplicate, late or superseded delivery is a no-op."""
+    d = Deployment.objects.select_related("host", "created_by").get(pk=deployment_id)
+    if d.status != Status.RESTARTING or d.restart_count != attempt:
+        return {"skipped": f"status is {d.status}, restart {d.restart_count}"}
+    limit = settings.SHARDBOARD_RESTART_MAX_ATTEMPTS
+    return _start(d, f"restart {attempt} of {limit}: ", f"-restart-{attempt}", attempt=attempt)
+
+
+def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dict[str, Any]:
+    """Spawn the engine on the leased GPUs, move to `starting`, wait until it is ready.
+
+    Each restart logs to a file of its own, so the log of the engine that died is kept.
+    """
+    port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
+    try:
+        command = get_adapter(d.engine).build(launch_spec(d, port))
+    except UnsupportedSpec as exc:
+        outcomes.fail(d, f"The engine refused the settings: {exc}")
+        return {"failed": str(exc)}
+    log_path = log_dir() / f"deployment-{d.pk}{log_suffix}.log"
+    try:
+        handle = sv.spawn(command.argv, command.env, log_path)
+    except OSError as exc:
+        found = diagnosis.diagnose_spawn_error(exc, command.argv[0])
+        outcomes.fail(d, found.reason, found)
+        return {"failed": found.reason}
+    audit_record(
+        actor=d.created_by,
+        action="deployment.spawn",
+        target_type="deployment",
+        target_id=d.pk,
+        detail={
+            "argv": list(command.masked_argv),
+            "pid": handle.pid,
+            "host": d.host.name,
+            "port": port,
+            **audit_extra,
+        },
+    )
+    fields = {
+        "port": port,
+        "bind_host": settings.SHARDBOARD_ENGINE_HOST,
+        "pid": handle.pid,
+        "pgid": handle.pgid,
+        "process_started_at": handle.create_time,
+        "log_path": str(log_path),
+        "argv": list(command.masked_argv),
+        "env": command.masked_env,
+        "restart_at": None,
+    }
+    reason = f"{note}engine spawned (pid {handle.pid}) on port {port}"
+    if not outcomes.move(d, Status.STARTING, reason, **fields):
+        sv.stop(handle, settings.SHARDBOARD_STOP_GRACE_S)  # stopped before it began
+        return {"skipped": "stopped before start"}
+    _attach_simulated(d)
+    return _await_ready(d, handle, command)
+
+
+def _attach_simulated(d: Deployment) -> None:
+    backend = outcomes.backend() if d.host.simulated else None
+    if backend is None or not hasattr(backend, "attach"):
+        return
+    leases = list(d.leases.filter(active=True).select_related("gpu"))
+    per_gpu = max((lease.memory_bytes for lease in leases), default=0)
+    try:
+        backend.attach(d.pid, [lease.gpu.index for lease in leases], per_gpu, name=d.name)
+    except Exception as exc:
+        log.warning("could not show deployment %s on the simulated GPUs: %s", d.pk, exc)
+
+
+def _await_ready(d: Deployment, handle: sv.EngineHandle, command: Any) -> dict[str, Any]:
+    result = wait_ready(
+        command.base_url,
+        command.probe,
+        settings.SHARDBOARD_READY_TIMEOUT_S,
+        lambda: sv.handle_alive(handle) and _still(d, Status.STARTING),
+    )
+    d.refresh_from_db()
+    if d.status != Status.STARTING or d.pid != handle.pid:
+        return {"ended": d.status}  # stopped, failed or restarting (watchdog) meanwhile
+    if not result.ready:
+        return _failed_start(d, handle, result.reason)
+    smoke = smoke_test(
+        command.base_url,
+        command.request_model,
+        d.engine_api_key() if command.supports_api_key else None,
+    )
+    if not smoke.ok:
+        return _failed_start(d, handle, f"the engine answered the smoke test badly: {smoke.reason}")
+    outcomes.move(
+        d,
+        Status.RUNNING,
+        f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
+    )
+    return {"running": d.pk, "ready_s": round(result.elapsed_s, 2)}
+
+
+def _still(d: Deployment, status: Status) -> bool:
+    return Deployment.objects.filter(pk=d.pk, status=status).exists()
+
+
+def _failed_start(d: Deployment, handle: sv.EngineHandle, reason: str) -> dict[str, Any]:
+    sv.stop(handle, 5)
+    exit_info = sv.poll_exit(handle)
+    found = diagnosis.diagnose_exit(
+        sv.tail(handle.log_path),
+        exit_info.exit_code if exit_info else None,
+        exit_info.signal if exit_info else None,
+    )
+    outcomes.engine_lost(d, f"{reason}. {found.title}: {found.reason}", found)
+    return {"failed": reason}
+
+
+def stop(deployment_id: int) -> dict[str, Any]:
+    d = Deployment.objects.select_related("host").get(pk=deployment_id)
+    if d.status != Status.STOPPING:
+        return {"skipped": f"status is {d.status}"}
+    result = None
+    if d.pgid:
+        result = sv.stop(
+            d.pgid,
+            settings.SHARDBOARD_STOP_GRACE_S,
+            owner=identity.engine_owner(),
+            deployment_id=str(d.pk),
+        )
+        sv.reap_children()
+    with transaction.atomic():
+        moved = d.transition(Status.STOPPED, reason=_stop_reason(result), restart_at=None)
+        if moved:
+            outcomes.release(d)
+    if moved:
+        events.publish(d)
+    return {"stopped": d.pk}
+
+
+def _stop_reason(result: sv.StopResult | None) -> str:
+    if result is None or not result.was_running:
+        return "stopped (no engine process was running)"
+    return f"engine stopped with {result.signal_sent} in {result.duration_s:.1f} s"

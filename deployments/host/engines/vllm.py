@@ -1,0 +1,122 @@
+"""`vllm serve` (vLLM 0.33): an external command, never imported."""
+
+from __future__ import annotations
+
+import os
+
+from deployments.host.engines.base import (
+    EngineCommand,
+    LaunchSpec,
+    ReadinessProbe,
+    UnsupportedSpec,
+    base_url,
+    check_common,
+    common_env,
+    reject_flags,
+)
+
+VLLM_BIN_ENV = "SHARDBOARD_VLLM_BIN"
+_SET_BY_PANEL = "the panel sets it from the plan"
+_FORBIDDEN_EXTRA = {
+    "--api-key": "the key goes through VLLM_API_KEY so that it is not visible in ps",
+    "--host": _SET_BY_PANEL,
+    "--port": _SET_BY_PANEL,
+    "--served-model-name": _SET_BY_PANEL,
+    "--tensor-parallel-size": _SET_BY_PANEL,
+    "-tp": _SET_BY_PANEL,
+    "--pipeline-parallel-size": _SET_BY_PANEL,
+    "-pp": _SET_BY_PANEL,
+    "--distributed-executor-backend": "set multi_host instead",
+    "--device-ids": "the leased GPUs are chosen with CUDA_VISIBLE_DEVICES",
+    "--model": "the model is the positional argument",
+    "--uds": "the panel reaches engines over TCP",
+    "--swap-space": "removed in vLLM 0.33 (see --kv-offloading-size)",
+}
+
+
+class VllmAdapter:
+    name = "vllm"
+    supports_api_key = True
+
+    def __init__(self, executable: str | None = None) -> None:
+        self._executable = executable
+
+    @property
+    def executable(self) -> str:
+        return self._executable or os.environ.get(VLLM_BIN_ENV) or "vllm"
+
+    def build(self, spec: LaunchSpec) -> EngineCommand:
+        _check(spec)
+        served = spec.served_model_name or spec.model
+        return EngineCommand(
+            engine=self.name,
+            argv=tuple(self._argv(spec, served)),
+            env=_env(spec),
+            base_url=base_url(spec.host, spec.port),
+            probe=ReadinessProbe(
+                models_path="/v1/models", api_key=spec.api_key, expected_model=served
+            ),
+            request_model=served,
+            supports_api_key=True,
+            warnings=_warnings(spec),
+        )
+
+    def _argv(self, spec: LaunchSpec, served: str) -> list[str]:
+        argv = [self.executable, "serve", spec.model, "--served-model-name", served]
+        argv += ["--host", spec.host, "--port", str(spec.port)]
+        argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
+        argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+        argv += _optional_flags(spec)
+        if spec.multi_host:
+            argv += ["--distributed-executor-backend", "ray"]
+        return argv + list(spec.extra_args)
+
+
+def _optional_flags(spec: LaunchSpec) -> list[str]:
+    pairs = [
+        ("--revision", spec.revision),
+        ("--gpu-memory-utilization", spec.gpu_memory_utilization),
+        ("--max-model-len", spec.max_model_len),
+        ("--max-num-seqs", spec.max_num_seqs),
+        ("--dtype", spec.dtype),
+        ("--quantization", spec.quantization),
+        ("--kv-cache-dtype", spec.kv_cache_dtype),
+    ]
+    return [part for flag, value in pairs if value is not None for part in (flag, str(value))]
+
+
+def _env(spec: LaunchSpec) -> dict[str, str]:
+    env = common_env(spec)
+    env["VLLM_NO_USAGE_STATS"] = "1"
+    env["DO_NOT_TRACK"] = "1"
+    env["VLLM_DISABLE_LOG_LOGO"] = "1"  # plain "vLLM server version …" first line
+    env["VLLM_LOGGING_COLOR"] = "0"
+    if spec.api_key:
+        env["VLLM_API_KEY"] = spec.api_key  # read by vLLM when --api-key is absent
+    return env
+
+
+def _check(spec: LaunchSpec) -> None:
+    check_common(spec)
+    if spec.device != "cuda":
+        raise UnsupportedSpec("the vllm engine runs on CUDA hosts; use transformers on CPU")
+    if spec.tensor_parallel_size < 1 or spec.pipeline_parallel_size < 1:
+        raise UnsupportedSpec("tensor and pipeline parallel sizes must be at least 1")
+    gpus_needed = spec.tensor_parallel_size * spec.pipeline_parallel_size
+    if not spec.multi_host and len(spec.gpu_indices) != gpus_needed:
+        raise UnsupportedSpec(
+            f"TP {spec.tensor_parallel_size} x PP {spec.pipeline_parallel_size} needs "
+            f"{gpus_needed} GPUs on this host; {len(spec.gpu_indices)} are leased"
+        )
+    if spec.gpu_memory_utilization is not None and not 0 < spec.gpu_memory_utilization <= 1:
+        raise UnsupportedSpec("gpu_memory_utilization must be in (0, 1]")
+    reject_flags(spec.extra_args, _FORBIDDEN_EXTRA)
+
+
+def _warnings(spec: LaunchSpec) -> tuple[str, ...]:
+    warnings = []
+    if not spec.api_key:
+        warnings.append("no API key: /v1 on this engine is open to anyone who can reach the port")
+    if spec.multi_host:
+        warnings.append("multi-host: Ray places the workers on other hosts (needs `ray` installed)")
+    return tuple(warnings)

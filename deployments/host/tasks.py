@@ -1,0 +1,24 @@
+"""Celery tasks on the host queue. They take ids; duplicates and stale rows are no-ops."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from deployments.host import engine_control as runner
+
+
+@shared_task(name="deployments.launch", acks_late=True)
+def launch(deployment_id: int) -> dict[str, Any]:
+    return runner.launch(deployment_id)
+
+
+@shared_task(name="deployments.stop", acks_late=True)
+def stop(deployment_id: int) -> dict[str, Any]:
+    return runner.stop(deployment_id)
+
+
+@shared_task(name="deployments.restart", acks_late=True)
+def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
+    return runner.restart(deployment_id, attempt)

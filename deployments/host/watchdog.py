@@ -1,0 +1,156 @@
+"""Engine watchdog and reconcile, run inside the host worker process (see `hostworker`).
+
+On start, reconcile: a live engine whose row is active is adopted, an active row whose engine
+is gone is failed (leases freed), a pending automatic restart is sent again, and a marked
+engine with no active row is stopped. Then a thread checks the engines of this host every
+second; one that died is failed, or restarted later when its deployment has auto-restart on.
+
+Only engines whose owner marker is this worker's (`identity.engine_owner()`: host name and
+installation) are adopted, failed over or stopped; another installation's engines on this
+machine are left alone. An engine without an owner marker (spawned before the marker
+existed) is adopted only when its row names its pid and start time, and never stopped as an
+orphan. The watchdog names the real exit code or signal of an engine this worker spawned;
+only an adopted engine's exit status is unknown (it went to init, not to us).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from celery.signals import worker_ready, worker_shutdown
+from django.conf import settings
+from django.db import close_old_connections
+
+from deployments.host import diagnosis
+from deployments.host import engine_control as runner
+from deployments.host import owner as identity
+from deployments.host import restart_policy as outcomes
+from deployments.host import supervisor as sv
+from deployments.models import ACTIVE, Deployment, Status
+
+log = logging.getLogger(__name__)
+WATCH_INTERVAL_S = 1.0
+_stop = threading.Event()
+
+
+def _ours() -> Any:
+    return Deployment.objects.filter(
+        host__name=settings.SHARDBOARD_HOST_NAME, status__in=list(ACTIVE)
+    )
+
+
+def _alive(d: Deployment) -> bool:
+    return bool(d.pid) and sv.is_alive(d.pid, d.process_started_at)
+
+
+def _engine_died(d: Deployment) -> None:
+    text = sv.tail(Path(d.log_path)) if d.log_path else ""
+    exit_info = sv.child_exit(d.pid) if d.pid else None  # None: adopted, not our child
+    code, sig = (exit_info.exit_code, exit_info.signal) if exit_info else (None, None)
+    found = diagnosis.diagnose_exit(text, code, sig)
+    if d.pgid:  # children left behind by a dead API server
+        sv.stop(d.pgid, 5, owner=identity.engine_owner(), deployment_id=str(d.pk))
+    sv.reap_children()
+    how = diagnosis.exit_text(code, sig)
+    said = "" if how in found.reason else f" ({how})"
+    outcomes.engine_lost(
+        d, f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}", found
+    )
+    if d.pid:
+        sv.forget_child(d.pid)
+
+
+def check_once() -> None:
+    for d in _ours().filter(status__in=[Status.STARTING, Status.RUNNING]).exclude(pid=None):
+        if not _alive(d):
+            _engine_died(d)
+
+
+def _adoptable(d: Deployment, engine: sv.FoundEngine | None, owner: str) -> bool:
+    """The live engine of `d`; one without an owner marker must match the row's pid exactly."""
+    if engine is None or not _alive(d):
+        return False
+    return engine.owner == owner or (engine.owner is None and d.pid in engine.pids)
+
+
+def reconcile() -> dict[str, int]:
+    owner = identity.engine_owner()
+    found = {e.deployment_id: e for e in sv.find_engines(owner)}
+    counts = {"adopted": 0, "failed": 0, "orphans_stopped": 0, "restarts_resent": 0}
+    grace_s = settings.SHARDBOARD_STOP_GRACE_S
+    for d in _ours():
+        if d.pid and _adoptable(d, found.get(str(d.pk)), owner):
+            found.pop(str(d.pk))
+            counts["adopted"] += 1
+            if d.status == Status.STOPPING:
+                runner.stop(d.pk)
+            continue
+        if d.status == Status.PENDING:
+            continue  # its launch task is still queued
+        if d.status == Status.RESTARTING:
+            engine = found.get(str(d.pk))
+            if engine is not None and engine.owner == owner:  # spawned by an unrecorded restart
+                sv.stop(found.pop(str(d.pk)).pgid, grace_s, owner=owner, deployment_id=str(d.pk))
+            outcomes.resume_restart(d)
+            counts["restarts_resent"] += 1
+            continue
+        if d.status == Status.STOPPING:
+            runner.stop(d.pk)
+            continue
+        if (
+            not outcomes.engine_lost(
+                d, "The engine was not running when the host worker started again."
+            )
+            or d.status == Status.FAILED
+        ):
+            counts["failed"] += 1
+    counts["orphans_stopped"] = _stop_orphans(found, owner)
+    return counts
+
+
+def _stop_orphans(found: dict[str, sv.FoundEngine], owner: str) -> int:
+    """Stop engines of this worker (owner marker) that no active row of this host claims."""
+    active_ids = {str(pk) for pk in _ours().values_list("pk", flat=True)}
+    stopped = 0
+    for deployment_id, engine in found.items():
+        if engine.owner != owner:
+            continue  # no owner marker: maybe another installation's; never ours to stop
+        if deployment_id not in active_ids:
+            log.warning(
+                "stopping orphan engine of deployment %s (pgid %s)", deployment_id, engine.pgid
+            )
+            sv.stop(
+                engine.pgid,
+                settings.SHARDBOARD_STOP_GRACE_S,
+                owner=owner,
+                deployment_id=deployment_id,
+            )
+            stopped += 1
+    return stopped
+
+
+def _watch_loop() -> None:
+    while not _stop.wait(WATCH_INTERVAL_S):
+        try:
+            check_once()
+        except Exception:  # the watchdog must outlive a database hiccup; it logs and retries
+            log.exception("engine watchdog pass failed")
+        finally:
+            close_old_connections()
+
+
+@worker_ready.connect
+def _on_ready(**kwargs: Any) -> None:
+    try:
+        log.info("reconciled engines: %s", reconcile())
+    except Exception:
+        log.exception("reconcile failed; the watchdog still starts")
+    threading.Thread(target=_watch_loop, name="engine-watchdog", daemon=True).start()
+
+
+@worker_shutdown.connect
+def _on_shutdown(**kwargs: Any) -> None:
+    _stop.set()

@@ -1,0 +1,9 @@
+"""Websocket routes of the deployments app."""
+
+from django.urls import path
+
+from deployments.lifecycle import consumers
+
+websocket_urlpatterns = [
+    path("ws/deployments/", consumers.DeploymentsConsumer.as_asgi()),
+]

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from deployments.lifecycle import views as dv
+
+urlpatterns = [
+    path("deployments/", dv.deployment_list, name="deployments"),
+    path("deployments/new/", dv.deployment_new, name="deployment_new"),
+    path("deployments/<int:pk>/", dv.deployment_detail, name="deployment_detail"),
+    path("deployments/<int:pk>/log/", dv.deployment_log, name="deployment_log"),
+    path("deployments/<int:pk>/memory/", dv.deployment_memory, name="deployment_memory"),
+    path("deployments/<int:pk>/stop/", dv.deployment_stop, name="deployment_stop"),
+    path("deployments/<int:pk>/restart/", dv.deployment_restart, name="deployment_restart"),
+]

@@ -1,0 +1,102 @@
+"""Deployment pages: list, detail, launch, stop, restart, log tail. Thin: services do the work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from controlpanel.roles import Role, role_required
+from deployments.catalog.selectors import SESSION_TOKEN_KEY
+from deployments.host import supervisor as sv
+from deployments.lifecycle import planned_vs_measured as memory
+from deployments.lifecycle import selectors, services
+from deployments.lifecycle.forms import LaunchForm
+from deployments.models import Deployment
+
+
+def _session_hub_token(request: HttpRequest) -> str | None:
+    """The Hub token the user set on the Models page (kept in their session only)."""
+    return request.session.get(SESSION_TOKEN_KEY) or None
+
+
+@role_required(Role.VIEWER)
+def deployment_list(request: HttpRequest) -> HttpResponse:
+    filters = selectors.ListFilters.from_query(request.GET)
+    context = {
+        "rows": selectors.deployment_rows(filters),
+        "filters": filters,
+        "hosts": selectors.host_names(),
+        "statuses": selectors.STATUS_CHOICES,
+    }
+    return render(request, "deployments/list.html", context)
+
+
+@role_required(Role.VIEWER)
+def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    deployment = get_object_or_404(Deployment.objects.select_related("host", "created_by"), pk=pk)
+    return render(request, "deployments/detail.html", selectors.detail_context(deployment))
+
+
+@role_required(Role.VIEWER)
+def deployment_log(request: HttpRequest, pk: int) -> JsonResponse:
+    deployment = get_object_or_404(Deployment, pk=pk)
+    text = sv.tail(Path(deployment.log_path), 200) if deployment.log_path else ""
+    return JsonResponse({"status": deployment.status, "log": text})
+
+
+@role_required(Role.VIEWER)
+def deployment_memory(request: HttpRequest, pk: int) -> JsonResponse:
+    deployment = get_object_or_404(Deployment.objects.select_related("host"), pk=pk)
+    return JsonResponse({"status": deployment.status, **memory.memory_table(deployment)})
+
+
+@role_required(Role.OPERATOR)
+def deployment_new(request: HttpRequest) -> HttpResponse:
+    form = LaunchForm(request.POST or None, initial=request.GET.dict())
+    if request.method == "POST" and form.is_valid():
+        try:
+            deployment = services.deployment_create(
+                user=request.user,
+                request=form.launch_request(),
+                http_request=request,
+                hub_token=_session_hub_token(request),
+            )
+        except services.DeploymentError as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Launching {deployment.name} on {deployment.host.name}.")
+            return redirect("deployment_detail", pk=deployment.pk)
+    return render(request, "deployments/new.html", {"form": form})
+
+
+@require_POST
+@role_required(Role.OPERATOR)
+def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    deployment = get_object_or_404(Deployment, pk=pk)
+    try:
+        services.deployment_stop(user=request.user, deployment=deployment, http_request=request)
+        messages.success(request, f"Stopping {deployment.name}.")
+    except services.DeploymentError as exc:
+        messages.error(request, str(exc))
+    return redirect("deployment_detail", pk=pk)
+
+
+@require_POST
+@role_required(Role.OPERATOR)
+def deployment_restart(request: HttpRequest, pk: int) -> HttpResponse:
+    deployment = get_object_or_404(Deployment, pk=pk)
+    try:
+        new = services.deployment_restart(
+            user=request.user,
+            deployment=deployment,
+            http_request=request,
+            hub_token=_session_hub_token(request),
+        )
+    except services.DeploymentError as exc:
+        messages.error(request, str(exc))
+        return redirect("deployment_detail", pk=pk)
+    return redirect("deployment_detail", pk=new.pk)

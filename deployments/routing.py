@@ -1,9 +1,0 @@
-"""Websocket routes of the deployments app."""
-
-from django.urls import path
-
-from deployments import consumers
-
-websocket_urlpatterns = [
-    path("ws/deployments/", consumers.DeploymentsConsumer.as_asgi()),
-]

@@ -1,0 +1,103 @@
+"""Who is calling the gateway: a personal API token, or the browser session with CSRF.
+
+The gateway may run without Django's middleware (playground.asgi): the session and its user
+are then loaded here with Django's own session store and `auth.get_user`, as
+SessionMiddleware and AuthenticationMiddleware would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from django.conf import settings
+from django.contrib import auth
+from django.http import HttpRequest, HttpResponse
+from django.middleware.csrf import CsrfViewMiddleware
+
+from controlpanel.roles import Role, has_role
+from playground import tokens
+from playground.gateway import dbwork
+from playground.gateway.cache import TtlCache
+
+
+class AccessError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    user: Any
+    via: str  # "session" | "token"
+
+
+def auth_cache_s() -> float:
+    return settings.PLAYGROUND_AUTH_CACHE_S
+
+
+# token hash → an operator's Caller; only callers that passed every check are kept.
+token_callers: TtlCache[str, Caller] = TtlCache(ttl_s=auth_cache_s)
+
+
+async def authenticate_async(request: HttpRequest) -> Caller:
+    """`authenticate`, answered from memory for a bearer token seen in the last few seconds."""
+    credential = bearer_credential(request)
+    if credential is None:
+        return await dbwork.in_thread(authenticate, request)
+    key = tokens.token_hash(credential)
+    return await token_callers.get_or_load(key, lambda: dbwork.in_thread(authenticate, request))
+
+
+def authenticate(request: HttpRequest) -> Caller:
+    """The calling operator; raises AccessError (401 unknown caller, 403 too low a role)."""
+    caller = _caller(request)
+    if not has_role(caller.user, Role.OPERATOR):
+        raise AccessError(403, "permission_denied", "the playground needs the Operator role")
+    return caller
+
+
+def bearer_credential(request: HttpRequest) -> str | None:
+    # META, not request.headers: that builds a dict of every header, per request (profiled)
+    scheme, _, credential = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
+    return credential.strip() if scheme.lower() == "bearer" else None
+
+
+def _caller(request: HttpRequest) -> Caller:
+    credential = bearer_credential(request)
+    if credential is not None:
+        user = tokens.token_user(credential)
+        if user is None:
+            raise AccessError(401, "invalid_api_key", "invalid or revoked API token")
+        return Caller(user, "token")
+    user = session_user(request)
+    if not user.is_authenticated:
+        raise AccessError(
+            401, "unauthenticated", "log in, or send 'Authorization: Bearer <your sb- token>'"
+        )
+    if not csrf_passes(request):
+        raise AccessError(403, "csrf_failed", "CSRF check failed: send the X-CSRFToken header")
+    return Caller(user, "session")
+
+
+def session_user(request: HttpRequest) -> Any:
+    """request.user, loaded the way Django's session and auth middlewares load it if absent."""
+    if not hasattr(request, "user"):
+        if not hasattr(request, "session"):
+            store = import_module(settings.SESSION_ENGINE).SessionStore
+            request.session = store(request.COOKIES.get(settings.SESSION_COOKIE_NAME))
+        request.user = auth.get_user(request)
+    return request.user
+
+
+def _csrf_probe(request: HttpRequest) -> HttpResponse:  # pragma: no cover - never called
+    raise AssertionError("only used as a CSRF-protected callback")
+
+
+def csrf_passes(request: HttpRequest) -> bool:
+    """The CSRF middleware's own check, for views that also accept tokens (csrf_exempt)."""
+    check = CsrfViewMiddleware(_csrf_probe)
+    check.process_request(request)
+    return check.process_view(request, _csrf_probe, (), {}) is None

@@ -1,0 +1,90 @@
+"""Admission to the gateway: who calls, what they ask, which engine answers.
+
+On the hot path (a bearer token and a running deployment seen in the last
+PLAYGROUND_AUTH_CACHE_S) this touches neither the database nor a thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from django.conf import settings
+from django.db.models import Model
+from django.http import HttpRequest
+
+from controlpanel.audit import client_ip
+from playground import selectors, services
+from playground.gateway import dbwork
+from playground.gateway.access import AccessError, Caller, auth_cache_s, authenticate_async
+from playground.gateway.cache import TtlCache
+from playground.gateway.payload import (
+    GatewayCall,
+    Kind,
+    LengthCap,
+    PayloadError,
+    cap_length,
+    parse_call,
+)
+from playground.gateway.upstream import Target
+from playground.services import Outcome
+
+PLAYGROUND_HEADER = "X-Shardboard-Playground"
+_PLAYGROUND_META = "HTTP_X_SHARDBOARD_PLAYGROUND"  # the header, as request.META names it
+
+# deployment name → its engine, while running. Every operator may use every running
+# deployment (selectors.deployments_usable), so the caller is not part of the key.
+targets: TtlCache[str, Target] = TtlCache(ttl_s=auth_cache_s)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One gateway request on its way through."""
+
+    caller: Caller
+    call: GatewayCall
+    target: Target
+    length: LengthCap
+    from_playground: bool
+    ip: str | None
+    started_s: float
+
+
+async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
+    """The admitted request; raises AccessError (refusals after authentication are audited)."""
+    caller = await authenticate_async(request)
+    try:
+        call, length = capped_call(request.body, kind)
+        target = await target_for(caller, call.model)
+    except AccessError as exc:
+        refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
+        await dbwork.wait(refusal)
+        raise
+    from_playground = request.META.get(_PLAYGROUND_META) == "1"
+    return Exchange(caller, call, target, length, from_playground, client_ip(request), started_s)
+
+
+def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
+    try:
+        call = parse_call(raw, kind)
+        body, length = cap_length(call, settings.PLAYGROUND_MAX_TOKENS)
+    except PayloadError as exc:
+        raise AccessError(400, "invalid_request_error", str(exc)) from exc
+    return GatewayCall(call.kind, call.model, call.stream, call.wants_usage, body), length
+
+
+async def target_for(caller: Caller, name: str) -> Target:
+    lookup = partial(selectors.gateway_target, user=caller.user, name=name)
+    return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
+
+
+def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> list[Model]:
+    row = services.gateway_audit_row(
+        user=caller.user,
+        via=caller.via,
+        call=None,
+        deployment=None,
+        outcome=Outcome(exc.kind, exc.status, error=exc.message),
+        ip=ip,
+    )
+    return [row]

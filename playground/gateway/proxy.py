@@ -1,0 +1,205 @@
+"""The gateway: admit the request, hold a slot, relay the engine's answer, record it once.
+
+Streaming answers are relayed event by event as they arrive (no buffering); a client that goes
+away cancels the relay, which closes the engine request. Every request ends in one audit row,
+written after the answer (never in front of the first token) and never twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from playground.gateway import limits, sse
+from playground.gateway.access import AccessError
+from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
+from playground.gateway.asgi import RelayResponse
+from playground.gateway.engine_http import Answer, EngineIOError
+from playground.gateway.payload import Kind, engine_body
+from playground.gateway.recording import Recorder
+from playground.gateway.upstream import Target, UpstreamError, open_response, transport_error
+from playground.services import Outcome
+
+__all__ = ["PLAYGROUND_HEADER", "error_response", "gateway"]
+
+
+def stream_max_s() -> float:
+    return settings.PLAYGROUND_STREAM_MAX_S
+
+
+def error_response(status: int, kind: str, message: str) -> JsonResponse:
+    response = JsonResponse(
+        {"error": {"message": message, "type": kind, "code": status}}, status=status
+    )
+    if status == 401:
+        response["WWW-Authenticate"] = 'Bearer realm="shardboard"'
+    return response
+
+
+async def gateway(request: HttpRequest, kind: Kind) -> HttpResponse:
+    started_s = time.perf_counter()
+    try:
+        exchange = await admit(request, kind, started_s)
+    except AccessError as exc:
+        return error_response(exc.status, exc.kind, exc.message)
+    slot = await limits.slot_acquire(
+        exchange.caller.user.pk, limit=settings.PLAYGROUND_MAX_CONCURRENT, ttl_s=stream_max_s()
+    )
+    recorder = Recorder(exchange)
+    if slot is None:
+        return await _refuse_busy(recorder)
+    try:
+        return await _forward(recorder, slot)
+    except asyncio.CancelledError:
+        recorder.record(Outcome("client_disconnected", 499))
+        await slot.release()
+        raise
+    except Exception:
+        recorder.record(Outcome("proxy_error", 500, error="the gateway failed; see the log"))
+        await slot.release()
+        raise
+
+
+async def _refuse_busy(recorder: Recorder) -> HttpResponse:
+    limit = settings.PLAYGROUND_MAX_CONCURRENT
+    message = f"you already have {limit} playground requests running; wait for one to finish"
+    await recorder.record_and_wait(Outcome("rate_limited", 429, error=message))
+    response = error_response(429, "rate_limit_exceeded", message)
+    response["Retry-After"] = "1"
+    return response
+
+
+async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponse:
+    exchange = recorder.exchange
+    body = engine_body(
+        exchange.call.body, stream=exchange.call.stream, served_model=exchange.target.served_model
+    )
+    try:
+        upstream = await open_response(exchange.target, exchange.call.path, body)
+    except UpstreamError as exc:
+        await slot.release()
+        await recorder.record_and_wait(Outcome(exc.kind, exc.status, error=exc.message))
+        return error_response(exc.status, exc.kind, exc.message)
+    if not exchange.call.stream:
+        return await _whole(recorder, upstream, slot)
+    response = RelayResponse(
+        relay(recorder, upstream, slot), content_type="text/event-stream; charset=utf-8"
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+async def _whole(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> HttpResponse:
+    exchange = recorder.exchange
+    try:
+        raw = await upstream.aread()
+    except EngineIOError as exc:
+        error = transport_error(exchange.target, exc)
+        await recorder.record_and_wait(Outcome(error.kind, error.status, error=error.message))
+        return error_response(error.status, error.kind, error.message)
+    finally:
+        await _stop(upstream, slot)
+    meter = sse.StreamMeter(started_s=exchange.started_s)
+    now_s = time.perf_counter()
+    meter.observe(sse.parse_payload(raw) or {}, now_s)
+    recorder.record(Outcome("ok", 200, meter.timings(now_s), answer=meter.answer))
+    return HttpResponse(raw, status=200, content_type="application/json")
+
+
+async def relay(
+    recorder: Recorder, upstream: Answer, slot: limits.Slot
+) -> AsyncGenerator[bytes, None]:
+    exchange = recorder.exchange
+    meter = sse.StreamMeter(started_s=exchange.started_s)
+    splitter = sse.EventSplitter()
+    error: UpstreamError | None = None
+    stopped = False
+    try:
+        try:
+            async for data in _chunks(upstream):
+                out = _pass_events(splitter.feed(data), meter, exchange.call.wants_usage)
+                if out:
+                    yield out
+        except (EngineIOError, TimeoutError) as exc:
+            error = _relay_error(exchange.target, exc)
+        await _stop(upstream, slot)  # the slot is free before the client reads [DONE]
+        stopped = True
+        outcome = _with_meter(_ended(meter, error), meter)
+        run_id = None
+        if exchange.from_playground:
+            run_id = await recorder.record_and_wait(outcome)  # the page links to the run
+        else:
+            recorder.record(outcome)
+        yield _closing(exchange, outcome, error, run_id)
+    finally:
+        # Cancelled (client gone) or closed early: whatever was not recorded yet, was cut off.
+        if not recorder.done:
+            recorder.record(_with_meter(Outcome("client_disconnected", 499), meter))
+        if not stopped:
+            await _stop(upstream, slot)
+
+
+async def _stop(upstream: Answer, slot: limits.Slot) -> None:
+    await upstream.aclose()
+    await slot.release()
+
+
+async def _chunks(upstream: Answer) -> AsyncIterator[bytes]:
+    """The engine's bytes, bounded by the stream's total time budget."""
+    async with asyncio.timeout(stream_max_s()):
+        async for data in upstream:
+            yield data
+
+
+def _pass_events(events: list[bytes], meter: sse.StreamMeter, wants_usage: bool) -> bytes:
+    """The events to forward; `[DONE]` is held back and a usage chunk nobody asked for dropped."""
+    now_s = time.perf_counter()
+    out = []
+    for event in events:
+        data = sse.event_data(event)
+        if data == b"[DONE]":
+            continue
+        payload = sse.parse_payload(data)
+        if payload is not None:
+            meter.observe(payload, now_s)
+            if not wants_usage and sse.is_usage_only(payload):
+                continue
+        out.append(event)
+    return b"".join(out)
+
+
+def _ended(meter: sse.StreamMeter, error: UpstreamError | None) -> Outcome:
+    if error is not None:
+        return Outcome(error.kind, error.status, error=error.message)
+    if meter.error:
+        return Outcome("engine_error", 502, error=meter.error)
+    return Outcome("ok", 200)
+
+
+def _relay_error(target: Target, exc: Exception) -> UpstreamError:
+    if isinstance(exc, EngineIOError):
+        return transport_error(target, exc)
+    limit = stream_max_s()
+    return UpstreamError(504, "stream_time_limit", f"the answer took longer than {limit:g} s")
+
+
+def _closing(
+    exchange: Exchange, outcome: Outcome, error: UpstreamError | None, run_id: int | None
+) -> bytes:
+    frames = [sse.error_frame(error.message, error.kind, error.status)] if error else []
+    if exchange.from_playground:
+        metrics = {**outcome.timings, "status": outcome.status, "run_id": run_id}
+        frames.append(sse.metrics_frame(metrics))
+    frames.append(sse.DONE)
+    return b"".join(frames)
+
+
+def _with_meter(outcome: Outcome, meter: sse.StreamMeter) -> Outcome:
+    timings = meter.timings(time.perf_counter())
+    error = outcome.error or (meter.error or "")
+    return Outcome(outcome.status, outcome.http_status, timings, error, meter.answer)

@@ -1,0 +1,168 @@
+"""The engine side of the gateway: one pool of keep-alive connections per event loop.
+
+Requests are written as bytes (head and body, one POST), on playground.engine_pool's
+connections, each one playground.engine_http's asyncio protocol with httptools' parser; the
+answers are engine_http.Answer's. httpx2 did this until its request and response objects were
+measured at about a tenth of the gateway's CPU per request (see engine_http).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from playground.gateway.engine_http import (
+    Answer,
+    ConnectError,
+    ConnectTimeout,
+    EngineIOError,
+    ReadTimeout,
+    WriteTimeout,
+)
+from playground.gateway.engine_pool import EnginePool, Origin
+
+ERROR_BODY_MAX_BYTES = 64 * 1024
+USER_AGENT = "shardboard-gateway"
+MAX_IDLE_CONNECTIONS = 64
+KEEPALIVE_EXPIRY_S = 5.0
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EnginePool] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def read_timeout_s() -> float:
+    return settings.PLAYGROUND_READ_TIMEOUT_S
+
+
+def connect_timeout_s() -> float:
+    return settings.PLAYGROUND_CONNECT_TIMEOUT_S
+
+
+def shared_pool() -> EnginePool:
+    """Keep-alive connections to every engine, reused by every request of this event loop."""
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = EnginePool(
+            max_idle=MAX_IDLE_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY_S
+        )
+    return pool
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a deployment's engine answers, and how to talk to it."""
+
+    deployment_id: int
+    name: str
+    engine: str
+    base_url: str
+    served_model: str | None
+    api_key: str | None = field(default=None, repr=False)
+
+
+class UpstreamError(Exception):
+    def __init__(self, status: int, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.message = status, kind, message
+
+
+async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answer:
+    """The engine's answer, headers read and body not yet; an engine error raises."""
+    try:
+        origin, head = request_head(target.base_url, path, target.api_key)
+    except ValueError as exc:
+        raise UpstreamError(502, "engine_error", f"engine of {target.name}: {exc}") from None
+    payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    content = payload.encode()
+    data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(content), content)
+    try:
+        answer = await shared_pool().request(
+            origin,
+            data,
+            connect_timeout=connect_timeout_s(),
+            read_timeout=read_timeout_s(),
+            write_timeout=read_timeout_s(),
+        )
+    except EngineIOError as exc:
+        raise transport_error(target, exc) from exc
+    if answer.status_code >= 400:
+        raise await engine_error(target, answer)
+    return answer
+
+
+@functools.lru_cache(maxsize=1024)
+def request_head(base_url: str, path: str, api_key: str | None) -> tuple[Origin, bytes]:
+    """Where the engine is, and the head of a JSON POST to it up to its Content-Length
+    (made once per engine and path)."""
+    if any(c in part for part in (base_url, path, api_key or "") for c in "\r\n\0"):
+        raise ValueError("an engine's address or key holds a line break")  # no header injection
+    url = urlsplit(base_url + path)
+    if url.scheme != "http" or not url.hostname:
+        raise ValueError(f"engines are reached over plain http://, not {base_url!r}")
+    target = url.path + (f"?{url.query}" if url.query else "")
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: {url.netloc.rpartition('@')[2]}",  # never user:password@
+        "Accept: text/event-stream, application/json",
+        f"User-Agent: {USER_AGENT}",
+        "Content-Type: application/json",
+    ]
+    if api_key:
+        lines.append(f"Authorization: Bearer {api_key}")
+    head = "".join(f"{line}\r\n" for line in lines).encode("latin-1")
+    return (url.hostname, url.port or 80), head
+
+
+def transport_error(target: Target, exc: EngineIOError) -> UpstreamError:
+    where = f"engine of {target.name} at {target.base_url}"
+    if isinstance(exc, ConnectTimeout):
+        return UpstreamError(504, "engine_unreachable", f"{where}: connect timed out")
+    if isinstance(exc, ConnectError):
+        return UpstreamError(502, "engine_unreachable", f"{where} is not reachable: {exc}")
+    if isinstance(exc, ReadTimeout | WriteTimeout):
+        return UpstreamError(504, "engine_timeout", f"{where} did not answer in time")
+    return UpstreamError(502, "engine_error", f"{where} failed: {exc!r}")
+
+
+async def engine_error(target: Target, response: Answer) -> UpstreamError:
+    try:
+        raw = await _read_bounded(response)
+    finally:
+        await response.aclose()
+    status = response.status_code if response.status_code < 500 else 502
+    message = f"engine of {target.name} answered {response.status_code}: {engine_message(raw)}"
+    return UpstreamError(status, "engine_error", message)
+
+
+async def _read_bounded(response: Answer) -> bytes:
+    raw = b""
+    async for chunk in response:
+        raw += chunk
+        if len(raw) >= ERROR_BODY_MAX_BYTES:
+            break
+    return raw[:ERROR_BODY_MAX_BYTES]
+
+
+def engine_message(raw: bytes) -> str:
+    """The human part of an engine's error body (FastAPI `detail`, OpenAI `error.message`)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace").strip()[:2000] or "(empty body)"
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        for key in ("detail", "message", "error"):
+            if body.get(key):
+                return str(body[key]) if not isinstance(body[key], str) else body[key]
+    return json.dumps(body)[:2000]
