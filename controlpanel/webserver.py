@@ -3,17 +3,14 @@
     python -m controlpanel.webserver   # SHARDBOARD_BIND, SHARDBOARD_PORT, SHARDBOARD_WEB_WORKERS,
                                        # LOG_LEVEL (INFO: one access line per request)
 
-uvicorn rather than daphne, measured on a 2-core machine: a trivial streaming app answered 32
-requests arriving together with its first byte after 2.5 ms (daphne: 11.4 ms); Twisted's write
-path costs about a quarter more CPU per relayed chunk; 1000 browsers on the live GPU stream
-got samples at p99 78 ms (daphne: 112 ms) for half the server CPU (bench/ws_fanout.py).
-uvicorn is also what vLLM serves with. daphne stays installed for `manage.py runserver` only.
+uvicorn rather than daphne: a sooner first byte and less CPU per relayed chunk and per
+websocket message (figures: docs/performance.md), and it is what vLLM serves with. daphne
+stays installed for `manage.py runserver` only.
 
-Several processes (SHARDBOARD_WEB_WORKERS; two by default where there are two CPUs, see
-default_workers): each listens on its own SO_REUSEPORT socket,
-so the kernel spreads new connections evenly over them. uvicorn's own workers share one
-listening socket, and whichever process wakes first accepts every waiting connection: 32
-clients connecting together all landed in one process (bench/proxy_overhead.py --workers 2).
+Several processes (SHARDBOARD_WEB_WORKERS, see default_workers): each listens on its own
+SO_REUSEPORT socket, so the kernel spreads new connections evenly over them; on one shared
+listening socket (uvicorn's own workers) whichever process wakes first accepts every waiting
+connection.
 
 The tests' live server (tests/conftest.py) runs `config()` and `listening_socket()` too, so
 what is tested is what runs.
@@ -52,11 +49,8 @@ class HeadWithBody:
     """A connection's transport on which a response head waits for its body's first piece,
     so that both leave in one send, if that piece is written in the same loop turn (a view's
     whole answer, a relayed stream whose first event came with the engine's head); else the
-    head leaves at the end of the turn. One send and one wake-up of the client fewer per
-    response; on a 2-core machine, 32 streams arriving together: the server's CPU share 22.5
-    and 21.4 % against 22.6 and 23.2 % without it, added time to first token +5.3 and +6.2 ms
-    against +6.4 and +7.0 ms (bench/proxy_overhead.py, interleaved). Everything else is the
-    transport's own."""
+    head leaves at the end of the turn: one send and one wake-up of the client fewer per
+    response. Everything else is the transport's own."""
 
     __slots__ = ("_head", "_loop", "_transport")
 
@@ -96,10 +90,9 @@ class HttpProtocol(HttpToolsProtocol):
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server; once started, what the start made (Django, the app, about 110,000
-    objects) is moved out of the garbage collector's sight (gc.freeze): a full collection
-    over it paused the event loop for 40-50 ms (measured at start-up), and it is never
-    garbage."""
+    """uvicorn's server; once started, what the start made (Django, the app) is moved out of
+    the garbage collector's sight (gc.freeze): it is never garbage, and a full collection over
+    it would pause the event loop."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -110,9 +103,7 @@ class Server(uvicorn.Server):
 OPTIONS: dict[str, Any] = {
     "http": HttpProtocol,
     "ws": "websockets-sansio",
-    # libuv's loop in C. With asyncio's, 32 streams arriving together cost the server 24.0 and
-    # 26.1 % of a CPU against 21.4 and 22.5 %, and +8.6 and +7.2 ms of added time to first
-    # token against +5.3 and +6.2 ms (bench/proxy_overhead.py, interleaved runs).
+    # libuv's loop in C: less CPU and a sooner first token than asyncio's when streams burst.
     "loop": "uvloop",
     "lifespan": "off",  # Django's ASGI handler has no lifespan events
     "ws_ping_interval": 20.0,
@@ -129,7 +120,7 @@ def config(app: Any, **overrides: Any) -> uvicorn.Config:
 def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A bound, listening TCP socket. Made with IPPROTO_TCP: asyncio sets TCP_NODELAY on every
     connection it accepts only from such a socket (uvloop always does); without it each small
-    streamed chunk could wait for the client's delayed ACK: 40 ms, measured."""
+    streamed chunk could wait for the client's delayed ACK."""
     family, kind, proto, _, address = socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
     )[0]
@@ -229,10 +220,8 @@ class Supervisor:
 
 def default_workers() -> int:
     """Two web processes where there are two CPUs: one event loop is the gateway's limit when
-    many streams start together (32 at once on 2 cores: +3.3 and +3.7 ms of added time to first
-    token with two, +5.0 to +6.5 ms with one; bench/proxy_overhead.py), and a process that dies
-    leaves the other serving while it is replaced. More are for the operator to choose: the
-    CPUs of a GPU host are the engines' too."""
+    many streams start together, and a process that dies leaves the other serving while it is
+    replaced. More are for the operator to choose: the CPUs of a GPU host are the engines' too."""
     return min(2, len(os.sched_getaffinity(0)))
 
 

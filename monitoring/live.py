@@ -4,9 +4,9 @@ The host worker encodes each sample once and PUBLISHes the text on two Redis pub
 channels: its host's stream and the all-hosts stream (``stream(host)``, ``stream(None)``).
 Each ASGI process keeps one ``LiveHub`` per event loop, holding ONE pub/sub connection
 subscribed to the streams its websockets watch, and hands every message to those local
-subscribers in memory. Through a channel-layer group the same sample cost one Redis message
-per browser, which channels_redis pops with four sequential round trips each, so the 500th
-browser waited for 2000 round trips (see bench/ws_fanout.py).
+subscribers in memory, rather than one channel-layer message per browser, which
+channels_redis pops with sequential round trips each: a sample's delay would grow with the
+number of browsers (docs/performance.md).
 
 Every ASGI process subscribes for itself, so any number of them can serve the page. When
 Redis goes away the hub reconnects with backoff and subscribes to every stream again;

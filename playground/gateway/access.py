@@ -1,7 +1,7 @@
 """Who is calling the gateway: a personal API token, or the browser session with CSRF.
 
-The gateway may run without Django's middleware (playground.asgi): the session and its user
-are then loaded here with Django's own session store and `auth.get_user`, as
+The gateway may run without Django's middleware (playground.gateway.asgi): the session and
+its user are then loaded here with Django's own session store and `auth.get_user`, as
 SessionMiddleware and AuthenticationMiddleware would.
 """
 

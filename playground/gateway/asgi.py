@@ -1,14 +1,14 @@
 """The /v1/ gateway as its own lean Django ASGI handler, in front of the full one.
 
-Django's middlewares are synchronous: through the full stack every gateway request made
-about 16 thread hops before its first byte (measured: bench/proxy_overhead.py). The gateway
-needs none of them: its views authenticate themselves (token, or session + CSRF through
-Django's own session store, `auth.get_user` and CSRF check: playground.access). This handler
-keeps the rest of Django (URL resolution, the same views, exception handling) and adds what
-those middlewares would have added to an API response: the allowed-hosts check and the
-security headers. It also skips the request signals (see GatewayHandler.handle), resolves
-against the gateway's own three patterns, and relays a stream with one await per chunk
-(measured with bench/proxy_overhead.py: each was worth 0.1–0.6 ms a request).
+Django's middlewares are synchronous: through the full stack a gateway request hops between
+threads again and again before its first byte. The gateway needs none of them: its views
+authenticate themselves (token, or session + CSRF through Django's own session store,
+`auth.get_user` and CSRF check: playground.gateway.access). This handler keeps the rest of
+Django (URL resolution, the same views, exception handling) and adds what those middlewares
+would have added to an API response: the allowed-hosts check and the security headers. It
+also skips the request signals (see GatewayHandler.handle), resolves against the gateway's own
+three patterns, and relays a stream with one await per chunk: each is work per request or per
+chunk that an API relay does not need (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ URLCONF = "playground.gateway.urls"
 class GatewayHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
-        # The gateway's fixed paths and their (async) views, resolved once. Django's resolver
-        # and the URLconf it sets (asgiref's Local, twice a request) were about a fifth of this
-        # handler's own time per request (a micro benchmark: 85 µs a request through it).
+        # The gateway's fixed paths and their (async) views, resolved once: Django's resolver
+        # and the URLconf it sets (asgiref's Local, twice a request) are a large part of this
+        # handler's own time per request.
         resolver = get_resolver(URLCONF)
         self._matches: dict[str, ResolverMatch] = {}
         for pattern in resolver.url_patterns:
@@ -61,9 +61,8 @@ class GatewayHandler(ASGIHandler):
 
         Their receivers (close_old_connections, reset_queries, close_caches) tidy the request
         thread's database connections and caches; this event loop thread never has any (the
-        gateway's database work runs in playground.dbwork's threads, which close their own),
-        yet walking them cost about 6 % of the gateway's CPU (asgiref locals). Measured with
-        bench/proxy_overhead.py and py-spy.
+        gateway's database work runs in playground.gateway.dbwork's threads, which close their
+        own), yet walking them costs CPU on every request (asgiref locals).
         """
         try:
             body_file = await self.read_body(receive)
@@ -93,9 +92,9 @@ class GatewayHandler(ASGIHandler):
         relay sees a cancellation; the relay closes the engine request); None when the client
         left before there was a response.
 
-        The response is made in this task, not in a task of its own as Django does: that saved
-        a task and a loop turn before every first byte (bench/proxy_overhead.py). A listener
-        task waits for the client's disconnect and then cancels this one."""
+        The response is made in this task, not in a task of its own as Django does: one task
+        and one loop turn fewer before every first byte. A listener task waits for the client's
+        disconnect and then cancels this one."""
         task = cast("asyncio.Task[None]", asyncio.current_task())
         finished = False
 
@@ -195,8 +194,8 @@ VALID_HOSTS_MAX = 256
 
 
 def _check_host(request: HttpRequest) -> None:
-    """request.get_host(), remembered per Host header once it passed (matching it against
-    ALLOWED_HOSTS was about 4 % of the gateway's CPU per request; py-spy)."""
+    """request.get_host(), remembered per Host header once it passed: matching it against
+    ALLOWED_HOSTS on every request is CPU the hot path does not need."""
     meta = request.META
     key = (meta.get("HTTP_X_FORWARDED_HOST"), meta.get("HTTP_HOST"))
     if key[1] is not None and key in _VALID_HOSTS:

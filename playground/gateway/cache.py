@@ -7,8 +7,7 @@ and at once in the process that revoked the token.
 
 An entry past half its age is reloaded in the background after the first request that finds
 it (that request is answered from the cache): under steady traffic no request waits for the
-database, where one every PLAYGROUND_AUTH_CACHE_S used to (about 8 ms of its first token,
-bench/proxy_overhead.py). The reload starts REFRESH_DELAY_S later, so that its few ms of
+database before its first token. The reload starts REFRESH_DELAY_S later, so that its few ms of
 ORM work in a thread (holding the GIL) fall on streaming, not on that request's first token.
 A reload that fails (a revoked token) drops the entry at once.
 """
