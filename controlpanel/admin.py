@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import HttpRequest
@@ -12,9 +12,14 @@ from controlpanel.roles import Role, has_role
 
 admin.site.site_header = "Shardboard administration"
 
+if TYPE_CHECKING:  # ModelAdmin is generic only in django-stubs
+    _AuditEventAdminBase = admin.ModelAdmin[AuditEvent]
+else:
+    _AuditEventAdminBase = admin.ModelAdmin
+
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(_AuditEventAdminBase):
     list_display = ("created_at", "actor_name", "action", "target_type", "target_id", "client_ip")
     list_filter = ("action", "target_type", ("created_at", admin.DateFieldListFilter))
     search_fields = ("actor_name", "action", "target_id")

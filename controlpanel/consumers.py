@@ -16,7 +16,7 @@ def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
-class RoleConsumer(AsyncJsonWebsocketConsumer):
+class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
     """Closes with 4401 for anonymous users and 4403 for users below `required_role`."""
 
     required_role = Role.VIEWER

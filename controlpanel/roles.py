@@ -13,7 +13,9 @@ from typing import Any
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.db import models
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponseBase
+
+View = Callable[..., HttpResponseBase]
 
 
 class Role(models.TextChoices):
@@ -41,12 +43,12 @@ def has_role(user: Any, role: Role) -> bool:
     return held is not None and _RANK[held] >= _RANK[role]
 
 
-def role_required(role: Role) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def role_required(role: Role) -> Callable[[View], View]:
     """View decorator: anonymous users go to the login page, too-low roles get 403."""
 
-    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(view: View) -> View:
         @wraps(view)
-        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
             if not request.user.is_authenticated:
                 return redirect_to_login(request.get_full_path())
             if not has_role(request.user, role):

@@ -50,7 +50,7 @@ def stream(host: str | None) -> str:
 
 @cache
 def _db_of(url: str) -> int:
-    return int(parse_url(url).get("db", 0))
+    return int(parse_url(url).get("db", 0))  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
 
 
 def _redis_db() -> int:

@@ -129,7 +129,7 @@ def publish_message(
 
 def stored_owners(host: str) -> dict[str, str]:
     raw = redis_client().hgetall(owners_key(host))
-    return {_text(k): _text(v) for k, v in dict(raw).items()}  # type: ignore[arg-type]
+    return {_text(k): _text(v) for k, v in dict(raw).items()}
 
 
 def _text(value: bytes | str) -> str:
@@ -215,7 +215,9 @@ def _add_memory_split(host: str, window: str, series: dict[str, Any], own: dict[
         return
     wanted = {t: n for n, t in enumerate(series["t"])}
     entries = redis_client().xrange(raw_key(host), min=series["t"][0], max=series["t"][-1])
-    for _, entry in list(entries or []):  # type: ignore[arg-type]
+    for _, entry in list(entries or []):
+        if entry is None:  # redis-py types an entry trimmed away meanwhile as nil
+            continue
         sample = decode_sample(entry[b"d"] if b"d" in entry else entry["d"])
         n = wanted.get(sample.ts_ms)
         if n is not None:

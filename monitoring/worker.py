@@ -24,6 +24,7 @@ import redis
 from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
+from redis.typing import EncodableT, FieldT
 
 from controlpanel.celery import host_queue
 from monitoring import live, selectors, services
@@ -157,7 +158,8 @@ class HostAgent:
 def store_owners(client: redis.Redis, host: str, own: dict[str, str]) -> None:
     key = owners_key(host)
     pipe = client.pipeline(transaction=False)
-    pipe.hset(key, mapping=own)
+    fields: dict[FieldT, EncodableT] = dict(own.items())  # hset's Mapping key is invariant
+    pipe.hset(key, mapping=fields)
     pipe.expire(key, selectors.OWNERS_TTL_S)
     pipe.execute()
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from itertools import combinations
 from typing import Any, TypeVar
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 import pynvml  # type: ignore[import-untyped]
 
 from monitoring.gpus.base import (

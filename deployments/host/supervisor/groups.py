@@ -7,7 +7,7 @@ import signal
 import time
 from dataclasses import dataclass
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 
 from deployments.host.engines.base import MARKER_ENV, OWNER_ENV
 from deployments.host.supervisor.processes import (

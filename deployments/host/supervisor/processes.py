@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil  # type: ignore[import-untyped]
+import psutil
 
 from deployments.host.engines.base import MARKER_ENV, OWNER_ENV
 
