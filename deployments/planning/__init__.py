@@ -1,34 +1,20 @@
 """GPU split planner: how a model fits on GPUs, computed the way vLLM will allocate it.
 
-Pure Python: no Django, no I/O, no clock. Frozen, slotted dataclasses and pure functions.
+Pure: no Django, no I/O, no clock, nothing else of the project (ruff's banned-api rule and
+import-linter hold it); frozen, slotted dataclasses and pure functions. The callers read
+config.json, safetensors headers and the GPU inventory (deployments.catalog) and hand the
+values in. The entry points, each documented where it is defined:
 
-Public API::
+- ``ModelSpec.from_config`` (with a ``SafetensorsSummary``): a config.json dict → ``ModelSpec``.
+- ``Inventory`` of ``Host``s and their ``Gpu``s, or ``parse_gpus("4x80GiB@nvlink")``.
+- ``plan(spec, inventory, PlanRequest(...))`` → ``PlanResult``: ``Plan``s, best first, each with
+  its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
+- ``estimate_layout``: one TP × PP layout on identical GPUs, without an inventory.
+- ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
+- ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
+  ``InventorySpecError`` are its kinds.
 
-    ModelSpec.from_config(config: Mapping[str, Any], *, safetensors: SafetensorsSummary | None
-                          = None, name: str = "") -> ModelSpec        # raises ModelSpecError
-    SafetensorsSummary(parameter_counts: Mapping[str, int], vision_parameters: int = 0,
-                       total_bytes: int | None = None)
-    Gpu(index, name, total_bytes, free_bytes, busy=False)
-    Host(name, gpus: tuple[Gpu, ...], links: dict[tuple[int, int], str])  # "NV12", "PIX", ...
-    Inventory(hosts: tuple[Host, ...], host_link: str = "NET")
-    parse_gpus(spec: str, *, host="local", name="") -> Inventory   # "4x80GiB", "8x80GiB@pcie"
-    PlanRequest(model="", revision="", tensor_parallel_size=None, pipeline_parallel_size=None,
-                dtype="auto", quantization=None, kv_cache_dtype="auto", max_model_len=None,
-                max_num_seqs=None, max_num_batched_tokens=None, gpu_memory_utilization=None,
-                block_size=None, vllm_version="0.33.0", enforce_eager=False)
-    plan(spec: ModelSpec, inventory: Inventory, request: PlanRequest) -> PlanResult
-        PlanResult.plans: tuple[Plan, ...] (best first), PlanResult.best: Plan | None
-        Plan: tensor_parallel_size, pipeline_parallel_size, replicas, fits, reasons, warnings,
-              per_gpu: tuple[GpuMemory, ...] (rank order), kv_cache_tokens, max_concurrency,
-              command: tuple[str, ...], gpus: tuple[tuple[GpuRef(host, index), ...], ...]
-              (one tuple per replica), max_model_len, multi_host
-        GpuMemory: weights_bytes, activation_bytes, non_torch_bytes, cuda_graph_bytes,
-                   kv_cache_bytes, total_bytes, gpu_total_bytes, budget_bytes, free_bytes
-    result_to_json(result) -> dict     # exactly the `plan --json` contract
-    plan_details(plan) -> dict         # contract keys + GPU ids, budget/free, max_model_len
-    estimate_layout(spec, request, *, tp, pp, gpu_total_bytes, gpu_name="", nvlink=True)
-        -> LayoutMemory                # one layout on identical GPUs, no inventory
-    PlanningError (ValueError): bad input; ModelSpecError, InventorySpecError are subclasses.
+``__all__`` is the public surface; the modules behind it are not.
 """
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
