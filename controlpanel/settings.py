@@ -161,6 +161,8 @@ SHARDBOARD_RESTART_BACKOFF_MAX_S = env.env_float(
 )
 SHARDBOARD_RESTART_MAX_ATTEMPTS = env.env_int("SHARDBOARD_RESTART_MAX_ATTEMPTS", 5, low=1, high=100)
 GPU_BACKEND = env.env_str("GPU_BACKEND", "auto")
+# Which engine process groups belong to which deployment, for the sampler's memory attribution.
+SHARDBOARD_ENGINE_PGIDS = "deployments.host.watchdog.active_engine_pgids"
 SIMULATED_GPUS = env.env_str("SIMULATED_GPUS", "4xH100-80GB@nvlink")
 SAMPLE_INTERVAL_S = env.env_float("SAMPLE_INTERVAL_S", 1.0, low=0.2, high=60)
 HEARTBEAT_STALE_S = env.env_float("HEARTBEAT_STALE_S", 30, low=2, high=3600)

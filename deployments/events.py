@@ -7,6 +7,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 from deployments.models import Deployment
 
@@ -27,13 +28,22 @@ def status_payload(deployment: Deployment) -> dict[str, Any]:
 
 
 def publish(deployment: Deployment) -> None:
+    """Push now: for state already committed."""
+    _send(deployment.pk, status_payload(deployment))
+
+
+def _send(pk: int, payload: dict[str, Any]) -> None:
     """Best effort: a Redis outage must not fail the state change that was already committed."""
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(
-            GROUP, {"type": "deployment.status", "payload": status_payload(deployment)}
-        )
+        async_to_sync(layer.group_send)(GROUP, {"type": "deployment.status", "payload": payload})
     except Exception as exc:
-        log.warning("could not push the status of deployment %s: %s", deployment.pk, exc)
+        log.warning("could not push the status of deployment %s: %s", pk, exc)
+
+
+def publish_on_commit(deployment: Deployment) -> None:
+    """Push once the transaction that changed the row commits (at once outside one)."""
+    payload = status_payload(deployment)
+    transaction.on_commit(lambda: _send(deployment.pk, payload))

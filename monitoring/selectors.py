@@ -35,7 +35,6 @@ from monitoring.prom import HostSnapshot
 log = logging.getLogger(__name__)
 
 OWNERS_TTL_S = 2 * 3600  # longer than the raw history the map explains
-ACTIVE_STATUSES = ("starting", "running", "stopping")
 BACKFILL_MAX_POINTS = 720
 LEGEND: tuple[tuple[str, str], ...] = (
     ("X", "Self"),
@@ -62,16 +61,6 @@ def history() -> History:
 
 
 # --- attribution (pure, plus the one syscall the worker makes) ---------------------------
-
-
-def active_deployment_pgids(host: str) -> dict[int, str]:
-    """pgid -> deployment name for the engines that may hold GPU memory on this host."""
-    from deployments.models import Deployment
-
-    rows = Deployment.objects.filter(
-        host__name=host, status__in=ACTIVE_STATUSES, pgid__isnull=False
-    ).values_list("pgid", "name")
-    return {int(pgid): str(name) for pgid, name in rows}
 
 
 def process_group(pid: int) -> int | None:

@@ -17,13 +17,16 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import redis
 from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections
+from django.utils.module_loading import import_string
 from redis.typing import EncodableT, FieldT
 
 from controlpanel.celery import host_queue
@@ -138,7 +141,7 @@ class HostAgent:
             if not self.registered or not services.host_heartbeat(name=self.host):
                 register(self.host, self.backend)
                 self.registered = True
-            self.pgid_owners = selectors.active_deployment_pgids(self.host)
+            self.pgid_owners = engine_pgids()(self.host)
         except DatabaseError:
             log.exception("host %s: heartbeat failed; retrying", self.host)
 
@@ -205,3 +208,14 @@ def on_worker_shutdown(**_: Any) -> None:
         _agent = None
     if _backend is not None:
         _backend.close()
+
+
+@cache
+def engine_pgids() -> Callable[[str], dict[int, str]]:
+    """``host -> {pgid: deployment name}`` of the engines that may hold GPU memory there.
+
+    Named by a dotted path in settings (SHARDBOARD_ENGINE_PGIDS), so that monitoring, which
+    attributes memory to deployments, never imports the deployments app.
+    """
+    lookup: Callable[[str], dict[int, str]] = import_string(settings.SHARDBOARD_ENGINE_PGIDS)
+    return lookup

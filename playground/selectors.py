@@ -6,44 +6,9 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from deployments.host.engines import get_adapter
-from deployments.models import Deployment, Status
-from playground.gateway.access import AccessError
-from playground.gateway.upstream import Target
 from playground.models import ApiToken, PlaygroundRun
 
 RUNS_SHOWN = 50
-
-
-def deployments_usable(*, user: Any) -> QuerySet[Deployment]:
-    """Running deployments with an engine port: operators may use every one of them."""
-    return Deployment.objects.filter(status=Status.RUNNING, port__isnull=False).order_by("name")
-
-
-def gateway_target(*, user: Any, name: str) -> Target:
-    """The engine behind deployment `name`; raises AccessError 404 (unknown) or 409 (not running)."""
-    deployment = deployments_usable(user=user).filter(name=name).first()
-    if deployment is None:
-        latest = Deployment.objects.filter(name=name).order_by("-created_at").first()
-        if latest is None:
-            raise AccessError(404, "model_not_found", f"no deployment named {name!r}")
-        raise AccessError(
-            409, "deployment_not_running", f"deployment {name!r} is {latest.status}, not running"
-        )
-    return target_of(deployment)
-
-
-def target_of(deployment: Deployment) -> Target:
-    keyed = get_adapter(deployment.engine).supports_api_key
-    return Target(
-        deployment_id=deployment.pk,
-        name=deployment.name,
-        engine=deployment.engine,
-        base_url=deployment.base_url,
-        # transformers serve is pinned to its model path: the request omits `model`.
-        served_model=deployment.served_model_name if keyed else None,
-        api_key=deployment.engine_api_key() if keyed else None,
-    )
 
 
 def runs_of(*, user: Any, limit: int = RUNS_SHOWN) -> QuerySet[PlaygroundRun]:

@@ -1,13 +1,7 @@
 from django.urls import path
 
 from playground import views
-from playground.gateway import views as gateway_views
-
-gateway_urlpatterns = [
-    path("v1/chat/completions", gateway_views.chat_completions, name="gateway-chat"),
-    path("v1/completions", gateway_views.completions, name="gateway-completions"),
-    path("v1/models", gateway_views.models_list, name="gateway-models"),
-]
+from playground.gateway.urls import urlpatterns as gateway_urlpatterns
 
 urlpatterns = [
     path("playground/", views.playground_index, name="playground"),

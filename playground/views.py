@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
 from playground import selectors, services
+from playground.gateway import targets
 
 
 @role_required(Role.OPERATOR)
@@ -20,7 +21,7 @@ def playground_index(request: HttpRequest) -> HttpResponse:
     user = request.user
     runs = [selectors.run_payload(run) for run in selectors.runs_of(user=user)]
     context = {
-        "deployments": list(selectors.deployments_usable(user=user)),
+        "deployments": list(targets.deployments_usable(user=user)),
         "tokens": list(selectors.tokens_of(user=user)),
         "runs": runs,
         "max_tokens_cap": settings.PLAYGROUND_MAX_TOKENS,

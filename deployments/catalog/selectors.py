@@ -16,8 +16,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from deployments import planning
-from deployments.catalog import local as catalog
-from deployments.catalog import registered as inventory
+from deployments.catalog import local, registered
 from deployments.catalog.commands import docker_lines, k8s_manifest, serve_argv
 from deployments.catalog.hub import HubClient, ModelCard, ModelSummary, SearchPage
 from deployments.catalog.hubaccess import hub_client
@@ -106,7 +105,7 @@ def hub_card(summary: ModelSummary) -> CatalogCard:
     )
 
 
-def local_card(model: catalog.LocalModel) -> CatalogCard:
+def local_card(model: local.LocalModel) -> CatalogCard:
     return CatalogCard(
         name=f"{model.root_name}/{model.relative_path}",
         url=f"/models/local/{model.root_index}/{model.relative_path}/",
@@ -135,7 +134,7 @@ def search_models(client: HubClient, filters: dict[str, Any]) -> SearchPage:
 
 
 def local_models() -> list[CatalogCard]:
-    return [local_card(m) for m in catalog.list_local()]
+    return [local_card(m) for m in local.list_local()]
 
 
 def spec_from_card(card: ModelCard) -> planning.ModelSpec:
@@ -181,8 +180,8 @@ def local_source(root: int, relative_path: str) -> ModelSource:
     return resolve_source(f"local:{root}/{relative_path}")
 
 
-def local_model(source: ModelSource) -> catalog.LocalModel | None:
-    return next((m for m in catalog.list_local() if local_ref(m) == source.ref), None)
+def local_model(source: ModelSource) -> local.LocalModel | None:
+    return next((m for m in local.list_local() if local_ref(m) == source.ref), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +246,7 @@ class PlanTarget:
 
     def inventory(self) -> planning.Inventory:
         if self.host is not None:
-            return inventory.host_inventory(self.host)
+            return registered.host_inventory(self.host)
         return planning.parse_gpus(self.gpus_spec, host="what-if")
 
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
-from deployments.catalog import local as catalog
+from deployments.catalog import local
 from deployments.planning import ModelSpec, PlanningError, SafetensorsSummary
 
 LOCAL_PREFIX = "local:"
@@ -32,8 +33,8 @@ def resolve_source(ref: str, revision: str = "") -> ModelSource:
     if ref.startswith(LOCAL_PREFIX):
         root, _, relative = ref.removeprefix(LOCAL_PREFIX).partition("/")
         try:
-            folder = catalog.resolve_local(int(root) if root.isdigit() else root, relative or ".")
-        except catalog.LocalModelError as exc:
+            folder = local.resolve_local(int(root) if root.isdigit() else root, relative or ".")
+        except local.LocalModelError as exc:
             raise ModelSourceError(str(exc)) from exc
         return ModelSource(ref, str(folder), "", True)
     if ref.startswith(("/", ".")) or ".." in ref or ref.count("/") != 1:
@@ -41,7 +42,7 @@ def resolve_source(ref: str, revision: str = "") -> ModelSource:
     return ModelSource(ref, ref, revision.strip(), False)
 
 
-def local_ref(model: catalog.LocalModel) -> str:
+def local_ref(model: local.LocalModel) -> str:
     return f"{LOCAL_PREFIX}{model.root_index}/{model.relative_path}"
 
 
@@ -80,7 +81,7 @@ def _local_spec(folder: Path) -> ModelSpec:
     return _spec(config, summary, folder.name)
 
 
-def _spec(config: dict, summary: SafetensorsSummary | None, name: str) -> ModelSpec:
+def _spec(config: dict[str, Any], summary: SafetensorsSummary | None, name: str) -> ModelSpec:
     try:
         return ModelSpec.from_config(config, safetensors=summary, name=name)
     except PlanningError as exc:

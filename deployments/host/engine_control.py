@@ -7,17 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from controlpanel.audit import audit_record
-from deployments import events, sealed
+from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
-from deployments.host import diagnosis
-from deployments.host import owner as identity
-from deployments.host import restart_policy as outcomes
+from deployments.host import diagnosis, restart_policy, transitions
 from deployments.host import supervisor as sv
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
+from deployments.host.owner import engine_owner
 from deployments.models import Deployment, Engine, Status
 
 log = logging.getLogger(__name__)
@@ -57,7 +55,7 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         device="cpu" if simulated else "cuda",
         hf_offline=_is_local(d),
         hf_token=None if _is_local(d) else _hub_token(d),
-        owner=identity.engine_owner(),
+        owner=engine_owner(),
     )
 
 
@@ -95,14 +93,14 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     try:
         command = get_adapter(d.engine).build(launch_spec(d, port))
     except UnsupportedSpec as exc:
-        outcomes.fail(d, f"The engine refused the settings: {exc}")
+        transitions.fail(d, f"The engine refused the settings: {exc}")
         return {"failed": str(exc)}
     log_path = log_dir() / f"deployment-{d.pk}{log_suffix}.log"
     try:
         handle = sv.spawn(command.argv, command.env, log_path)
     except OSError as exc:
         found = diagnosis.diagnose_spawn_error(exc, command.argv[0])
-        outcomes.fail(d, found.reason, found)
+        transitions.fail(d, found.reason, found)
         return {"failed": found.reason}
     audit_record(
         actor=d.created_by,
@@ -129,7 +127,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
         "restart_at": None,
     }
     reason = f"{note}engine spawned (pid {handle.pid}) on port {port}"
-    if not outcomes.move(d, Status.STARTING, reason, **fields):
+    if not transitions.move(d, Status.STARTING, reason, **fields):
         sv.stop(handle, settings.SHARDBOARD_STOP_GRACE_S)  # stopped before it began
         return {"skipped": "stopped before start"}
     _attach_simulated(d)
@@ -137,7 +135,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
 
 
 def _attach_simulated(d: Deployment) -> None:
-    backend = outcomes.backend() if d.host.simulated else None
+    backend = transitions.backend() if d.host.simulated else None
     if backend is None or not hasattr(backend, "attach"):
         return
     leases = list(d.leases.filter(active=True).select_related("gpu"))
@@ -167,7 +165,7 @@ def _await_ready(d: Deployment, handle: sv.EngineHandle, command: Any) -> dict[s
     )
     if not smoke.ok:
         return _failed_start(d, handle, f"the engine answered the smoke test badly: {smoke.reason}")
-    outcomes.move(
+    transitions.move(
         d,
         Status.RUNNING,
         f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
@@ -187,7 +185,7 @@ def _failed_start(d: Deployment, handle: sv.EngineHandle, reason: str) -> dict[s
         exit_info.exit_code if exit_info else None,
         exit_info.signal if exit_info else None,
     )
-    outcomes.engine_lost(d, f"{reason}. {found.title}: {found.reason}", found)
+    restart_policy.engine_lost(d, f"{reason}. {found.title}: {found.reason}", found)
     return {"failed": reason}
 
 
@@ -200,16 +198,11 @@ def stop(deployment_id: int) -> dict[str, Any]:
         result = sv.stop(
             d.pgid,
             settings.SHARDBOARD_STOP_GRACE_S,
-            owner=identity.engine_owner(),
+            owner=engine_owner(),
             deployment_id=str(d.pk),
         )
         sv.reap_children()
-    with transaction.atomic():
-        moved = d.transition(Status.STOPPED, reason=_stop_reason(result), restart_at=None)
-        if moved:
-            outcomes.release(d)
-    if moved:
-        events.publish(d)
+    transitions.move(d, Status.STOPPED, _stop_reason(result), release_leases=True, restart_at=None)
     return {"stopped": d.pk}
 
 

@@ -1,4 +1,4 @@
-"""How a deployment's engine ends, on the host worker: failed, or restarted after a backoff.
+"""The automatic restart of an engine that died after it ran: when, how often, and the task.
 
 An engine that dies after the deployment has been running is restarted on the same leased
 GPUs when the deployment has auto-restart on: `restarting` (an event with the reason and the
@@ -12,73 +12,20 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from deployments import events
 from deployments.host import diagnosis
-from deployments.models import Deployment, GpuLease, Status
+from deployments.host.transitions import detach_simulated, diagnosis_detail, fail
+from deployments.models import Deployment, Status
 
 log = logging.getLogger(__name__)
 STABLE_RUN_S = 600.0  # running this long since the last (re)start: the count starts over
-
-
-def backend() -> Any:
-    try:
-        from monitoring.worker import current_backend
-    except ImportError:
-        return None
-    return current_backend()
-
-
-def detach_simulated(d: Deployment) -> None:
-    gpus = backend() if d.host.simulated and d.pid else None
-    if gpus is not None and hasattr(gpus, "detach"):
-        gpus.detach(d.pid)
-
-
-def release(d: Deployment) -> None:
-    GpuLease.objects.filter(deployment=d, active=True).update(
-        active=False, released_at=timezone.now()
-    )
-    detach_simulated(d)
-
-
-def diagnosis_detail(found: diagnosis.Diagnosis | None) -> dict[str, Any]:
-    if found is None:
-        return {}
-    return {
-        "code": found.code,
-        "title": found.title,
-        "reason": found.reason,
-        "fix": found.fix,
-        "matched_line": found.matched_line,
-        "suggested_args": [list(a) for a in found.suggested_args],
-    }
-
-
-def fail(d: Deployment, reason: str, found: diagnosis.Diagnosis | None = None) -> bool:
-    detail = diagnosis_detail(found)
-    with transaction.atomic():
-        d.refresh_from_db()
-        moved = d.transition(Status.FAILED, reason=reason, failure_reason=reason, diagnosis=detail)
-        if moved:
-            release(d)
-    if moved:
-        events.publish(d)
-    return moved
-
-
-def move(d: Deployment, new: Status, reason: str, **fields: Any) -> bool:
-    with transaction.atomic():
-        moved = d.transition(new, reason=reason, **fields)
-    if moved:
-        events.publish(d)
-    return moved
 
 
 def backoff_s(attempt: int) -> float:
@@ -125,17 +72,19 @@ def engine_lost(d: Deployment, reason: str, found: diagnosis.Diagnosis | None = 
         )
         if moved:
             transaction.on_commit(lambda: enqueue_restart(d, attempt, delay_s))
+            events.publish_on_commit(d)
     if moved:
         detach_simulated(d)
-        events.publish(d)
     return moved
 
 
 def enqueue_restart(d: Deployment, attempt: int, delay_s: float) -> None:
-    from deployments.host import tasks
-
-    tasks.restart.apply_async(
-        args=[d.pk, attempt], countdown=max(0.0, delay_s), queue=host_queue(d.host.name)
+    # By name: the task module imports engine_control, which imports this one.
+    celery_app.send_task(
+        "deployments.restart",
+        args=[d.pk, attempt],
+        countdown=max(0.0, delay_s),
+        queue=host_queue(d.host.name),
     )
 
 

@@ -6,19 +6,19 @@ from typing import Any
 
 from celery import shared_task
 
-from deployments.host import engine_control as runner
+from deployments.host import engine_control
 
 
 @shared_task(name="deployments.launch", acks_late=True)
 def launch(deployment_id: int) -> dict[str, Any]:
-    return runner.launch(deployment_id)
+    return engine_control.launch(deployment_id)
 
 
 @shared_task(name="deployments.stop", acks_late=True)
 def stop(deployment_id: int) -> dict[str, Any]:
-    return runner.stop(deployment_id)
+    return engine_control.stop(deployment_id)
 
 
 @shared_task(name="deployments.restart", acks_late=True)
 def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
-    return runner.restart(deployment_id, attempt)
+    return engine_control.restart(deployment_id, attempt)

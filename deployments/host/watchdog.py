@@ -5,7 +5,7 @@ is gone is failed (leases freed), a pending automatic restart is sent again, and
 engine with no active row is stopped. Then a thread checks the engines of this host every
 second; one that died is failed, or restarted later when its deployment has auto-restart on.
 
-Only engines whose owner marker is this worker's (`identity.engine_owner()`: host name and
+Only engines whose owner marker is this worker's (`engine_owner()`: host name and
 installation) are adopted, failed over or stopped; another installation's engines on this
 machine are left alone. An engine without an owner marker (spawned before the marker
 existed) is adopted only when its row names its pid and start time, and never stopped as an
@@ -24,13 +24,12 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
-from deployments.host import diagnosis
-from deployments.host import engine_control as runner
-from deployments.host import owner as identity
-from deployments.host import restart_policy as outcomes
+from deployments.host import diagnosis, engine_control, restart_policy
 from deployments.host import supervisor as sv
+from deployments.host.owner import engine_owner
 from deployments.models import ACTIVE, Deployment, Status
 
+ENGINE_HOLDS_GPUS = (Status.STARTING, Status.RUNNING, Status.STOPPING)
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 1.0
 _stop = threading.Event()
@@ -52,11 +51,11 @@ def _engine_died(d: Deployment) -> None:
     code, sig = (exit_info.exit_code, exit_info.signal) if exit_info else (None, None)
     found = diagnosis.diagnose_exit(text, code, sig)
     if d.pgid:  # children left behind by a dead API server
-        sv.stop(d.pgid, 5, owner=identity.engine_owner(), deployment_id=str(d.pk))
+        sv.stop(d.pgid, 5, owner=engine_owner(), deployment_id=str(d.pk))
     sv.reap_children()
     how = diagnosis.exit_text(code, sig)
     said = "" if how in found.reason else f" ({how})"
-    outcomes.engine_lost(
+    restart_policy.engine_lost(
         d, f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}", found
     )
     if d.pid:
@@ -77,7 +76,7 @@ def _adoptable(d: Deployment, engine: sv.FoundEngine | None, owner: str) -> bool
 
 
 def reconcile() -> dict[str, int]:
-    owner = identity.engine_owner()
+    owner = engine_owner()
     found = {e.deployment_id: e for e in sv.find_engines(owner)}
     counts = {"adopted": 0, "failed": 0, "orphans_stopped": 0, "restarts_resent": 0}
     grace_s = settings.SHARDBOARD_STOP_GRACE_S
@@ -86,7 +85,7 @@ def reconcile() -> dict[str, int]:
             found.pop(str(d.pk))
             counts["adopted"] += 1
             if d.status == Status.STOPPING:
-                runner.stop(d.pk)
+                engine_control.stop(d.pk)
             continue
         if d.status == Status.PENDING:
             continue  # its launch task is still queued
@@ -94,14 +93,14 @@ def reconcile() -> dict[str, int]:
             engine = found.get(str(d.pk))
             if engine is not None and engine.owner == owner:  # spawned by an unrecorded restart
                 sv.stop(found.pop(str(d.pk)).pgid, grace_s, owner=owner, deployment_id=str(d.pk))
-            outcomes.resume_restart(d)
+            restart_policy.resume_restart(d)
             counts["restarts_resent"] += 1
             continue
         if d.status == Status.STOPPING:
-            runner.stop(d.pk)
+            engine_control.stop(d.pk)
             continue
         if (
-            not outcomes.engine_lost(
+            not restart_policy.engine_lost(
                 d, "The engine was not running when the host worker started again."
             )
             or d.status == Status.FAILED
@@ -154,3 +153,12 @@ def _on_ready(**kwargs: Any) -> None:
 @worker_shutdown.connect
 def _on_shutdown(**kwargs: Any) -> None:
     _stop.set()
+
+
+def active_engine_pgids(host: str) -> dict[int, str]:
+    """pgid -> deployment name for the engines that may hold GPU memory on ``host``; the
+    sampler attributes memory with it (settings.SHARDBOARD_ENGINE_PGIDS)."""
+    rows = Deployment.objects.filter(
+        host__name=host, status__in=ENGINE_HOLDS_GPUS, pgid__isnull=False
+    ).values_list("pgid", "name")
+    return {int(pgid): str(name) for pgid, name in rows}

@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
+from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
 from deployments import events, planning, sealed
@@ -209,10 +210,8 @@ def _create(
 
 
 def _enqueue(task_name: str, deployment: Deployment) -> None:
-    from deployments.host import tasks
-
-    task = tasks.launch if task_name == "deployments.launch" else tasks.stop
-    task.apply_async(args=[deployment.pk], queue=host_queue(deployment.host.name))
+    # By name: the web side never imports the host worker's code.
+    celery_app.send_task(task_name, args=[deployment.pk], queue=host_queue(deployment.host.name))
     events.publish(deployment)
 
 

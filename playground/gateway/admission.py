@@ -14,8 +14,7 @@ from django.db.models import Model
 from django.http import HttpRequest
 
 from controlpanel.audit import client_ip
-from playground import selectors, services
-from playground.gateway import dbwork
+from playground.gateway import dbwork, rows
 from playground.gateway.access import AccessError, Caller, auth_cache_s, authenticate_async
 from playground.gateway.cache import TtlCache
 from playground.gateway.payload import (
@@ -26,14 +25,15 @@ from playground.gateway.payload import (
     cap_length,
     parse_call,
 )
+from playground.gateway.rows import Outcome
+from playground.gateway.targets import gateway_target
 from playground.gateway.upstream import Target
-from playground.services import Outcome
 
 PLAYGROUND_HEADER = "X-Shardboard-Playground"
 _PLAYGROUND_META = "HTTP_X_SHARDBOARD_PLAYGROUND"  # the header, as request.META names it
 
 # deployment name → its engine, while running. Every operator may use every running
-# deployment (selectors.deployments_usable), so the caller is not part of the key.
+# deployment (gateway.targets.deployments_usable), so the caller is not part of the key.
 targets: TtlCache[str, Target] = TtlCache(ttl_s=auth_cache_s)
 
 
@@ -74,12 +74,12 @@ def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
 
 
 async def target_for(caller: Caller, name: str) -> Target:
-    lookup = partial(selectors.gateway_target, user=caller.user, name=name)
+    lookup = partial(gateway_target, user=caller.user, name=name)
     return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
 
 
 def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> list[Model]:
-    row = services.gateway_audit_row(
+    row = rows.gateway_audit_row(
         user=caller.user,
         via=caller.via,
         call=None,

@@ -21,8 +21,8 @@ from playground.gateway.asgi import RelayResponse
 from playground.gateway.engine_http import Answer, EngineIOError
 from playground.gateway.payload import Kind, engine_body
 from playground.gateway.recording import Recorder
+from playground.gateway.rows import Outcome
 from playground.gateway.upstream import Target, UpstreamError, open_response, transport_error
-from playground.services import Outcome
 
 __all__ = ["PLAYGROUND_HEADER", "error_response", "gateway"]
 

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING
 
 from django.db.models import Model
 
-from playground import services
-from playground.gateway import dbwork
+from playground.gateway import dbwork, rows
+from playground.gateway.rows import Outcome
 from playground.models import PlaygroundRun
-from playground.services import Outcome
 
 if TYPE_CHECKING:
     from playground.gateway.admission import Exchange
@@ -47,7 +46,7 @@ class Recorder:
 def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:
     """The audit row, and the run when the playground page asked."""
     target = exchange.target
-    audit = services.gateway_audit_row(
+    audit = rows.gateway_audit_row(
         user=exchange.caller.user,
         via=exchange.caller.via,
         call=exchange.call,
@@ -58,7 +57,7 @@ def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:
     )
     if not exchange.from_playground:
         return [audit]
-    run = services.run_row(
+    run = rows.run_row(
         user=exchange.caller.user, deployment_name=target.name, call=exchange.call, outcome=outcome
     )
     return [audit, run]

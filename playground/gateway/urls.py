@@ -1,6 +1,6 @@
 """The URLconf of the lean /v1/ handler: resolving a gateway request walks these three only.
 
-The same patterns are in the site's URLconf (playground.urls), so that they reverse by name.
+The site's URLconf (playground.urls) includes the same patterns, so that they reverse by name.
 Its error views answer in the gateway's JSON (the site's error pages link the site's pages,
 which do not reverse here).
 """
@@ -8,9 +8,16 @@ which do not reverse here).
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.urls import path
 
+from playground.gateway import views
 from playground.gateway.asgi import as_api_error
-from playground.urls import gateway_urlpatterns as urlpatterns
+
+urlpatterns = [
+    path("v1/chat/completions", views.chat_completions, name="gateway-chat"),
+    path("v1/completions", views.completions, name="gateway-completions"),
+    path("v1/models", views.models_list, name="gateway-models"),
+]
 
 __all__ = ["handler400", "handler403", "handler404", "handler500", "urlpatterns"]
 

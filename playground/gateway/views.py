@@ -11,8 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from playground import selectors
-from playground.gateway import proxy
+from playground.gateway import proxy, targets
 from playground.gateway.access import AccessError, authenticate
 
 
@@ -50,5 +49,5 @@ def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
             "owned_by": "shardboard",
             "engine": d.engine,
         }
-        for d in selectors.deployments_usable(user=caller.user)
+        for d in targets.deployments_usable(user=caller.user)
     ]
