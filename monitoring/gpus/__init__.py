@@ -3,6 +3,9 @@
 ``auto`` uses NVML when a driver answers and otherwise falls back to the simulated backend,
 logging why. Backends are imported lazily so that a machine without nvidia-ml-py's library
 still imports this package.
+
+Read by the host worker's sampler (and by the tests' contract suite); no Django, nothing of
+the project outside this package.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Hugging Face Hub access: search, model info and config.json, cached and offline-aware."""
+"""Hugging Face Hub access: search, model info and config.json, cached and offline-aware.
+
+Web side and the ``plan`` command. No Django: ``catalog.hubaccess`` hands it Django's cache
+and a database-backed config store. Imports huggingface_hub, nothing else of the project.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Engine adapters: turn a LaunchSpec into argv, env and a readiness probe, per engine."""
+"""Engine adapters: turn a LaunchSpec into argv, env and a readiness probe, per engine.
+
+Used by the host worker to build what it spawns (the gateway reads an adapter's capabilities
+only). No Django, nothing of the project outside this package.
+"""
 
 from __future__ import annotations
 
