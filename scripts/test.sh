@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: set-up, then ruff, makemigrations --check and pytest on PostgreSQL + Redis.
+# The test command: set-up, then ruff, the import contracts, mypy, makemigrations --check and
+# pytest on PostgreSQL + Redis.
 source "$(dirname "$0")/lib.sh"
 "$ROOT/scripts/setup.sh" --test
 cd "$ROOT"
@@ -15,7 +16,9 @@ export DATABASE_URL="${TEST_DATABASE_URL:-$(ensure_postgres)}"
 say "ruff"
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
-say "mypy (pure core and protocols)"
+say "import contracts (lint-imports)"
+"$VENV/bin/lint-imports"
+say "mypy (strict, every app)"
 "$VENV/bin/mypy"
 say "makemigrations --check"
 "$PY" manage.py makemigrations --check --dry-run
