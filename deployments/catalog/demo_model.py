@@ -6,6 +6,10 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the engine-cpu extra; imported where used, so the web side runs without it
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 COMPLETE_MARKER = ".shardboard-demo-complete"
 VOCAB_SIZE = 384
@@ -79,7 +83,7 @@ def _write_model(out_dir: Path) -> None:
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
-def _train_tokenizer():  # type: ignore[no-untyped-def]
+def _train_tokenizer() -> PreTrainedTokenizerFast:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -93,7 +97,7 @@ def _train_tokenizer():  # type: ignore[no-untyped-def]
         show_progress=False,
     )
     raw.train_from_iterator(_CORPUS, trainer=trainer)
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # untyped __init__
         tokenizer_object=raw,
         bos_token=EOS,
         eos_token=EOS,
@@ -103,7 +107,7 @@ def _train_tokenizer():  # type: ignore[no-untyped-def]
     )
 
 
-def _build_model(vocab_size: int, tokenizer):  # type: ignore[no-untyped-def]
+def _build_model(vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> LlamaForCausalLM:
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -119,11 +123,11 @@ def _build_model(vocab_size: int, tokenizer):  # type: ignore[no-untyped-def]
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
         tie_word_embeddings=True,
-        torch_dtype="float32",
+        dtype="float32",  # `torch_dtype` is its deprecated alias
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)
-    model.generation_config = GenerationConfig(
+    model.generation_config = GenerationConfig(  # type: ignore[no-untyped-call]  # untyped __init__
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,

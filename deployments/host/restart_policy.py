@@ -32,7 +32,7 @@ def backoff_s(attempt: int) -> float:
     """5 s, 10 s, 20 s ... for attempts 1, 2, 3 ..., never more than the cap."""
     base = float(settings.SHARDBOARD_RESTART_BACKOFF_S)
     cap = float(settings.SHARDBOARD_RESTART_BACKOFF_MAX_S)
-    return min(cap, base * 2 ** min(max(attempt, 1) - 1, 30))
+    return min(cap, base * 2.0 ** min(max(attempt, 1) - 1, 30))
 
 
 def next_attempt(d: Deployment) -> int | None:

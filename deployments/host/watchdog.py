@@ -42,7 +42,7 @@ def _ours() -> Any:
 
 
 def _alive(d: Deployment) -> bool:
-    return bool(d.pid) and sv.is_alive(d.pid, d.process_started_at)
+    return sv.is_alive(d.pid, d.process_started_at) if d.pid else False
 
 
 def _engine_died(d: Deployment) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.conf import settings
@@ -47,7 +47,7 @@ class LaunchForm(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         default = "on" if settings.SHARDBOARD_AUTO_RESTART else "off"
-        self.fields["auto_restart"].choices = [
+        cast(forms.ChoiceField, self.fields["auto_restart"]).choices = [
             ("", f"Server default ({default})"),
             ("on", "On"),
             ("off", "Off"),

@@ -298,7 +298,10 @@ class HubClient:
         params = self._search_params(q, min(wanted + 20, 1000))
         for items, more_pages in self._search_pages(params, token):
             scanned, more = scanned + len(items), more_pages
-            infos = (ModelInfo(**{"siblings": None, **item}) for item in items)
+            infos = (
+                ModelInfo(**{"siblings": None, **item})  # type: ignore[no-untyped-call]  # untyped __init__
+                for item in items
+            )
             matches += [infos_mod.summary(info) for info in infos if infos_mod.keep(info, q)]
             if len(matches) >= wanted or scanned >= self._max_scan:
                 break
@@ -362,9 +365,10 @@ class HubClient:
             by_dtype = dict(info.safetensors.parameters)
         else:
             by_dtype = self._header_parameters(info, token) if config_error is None else {}
-        return to_data(
+        card: dict[str, Any] = to_data(
             infos_mod.card_fields(info, revision, self.endpoint, config, config_error, by_dtype)
         )
+        return card
 
 
 def _quote(revision: str) -> str:
