@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
@@ -51,6 +51,10 @@ class GatewayHandler(ASGIHandler):
             if iscoroutinefunction(match.func):  # called directly in _lean, with no arguments
                 self._matches[route] = match
 
+    if TYPE_CHECKING:  # Django's BaseHandler has it; django-stubs leaves it out
+
+        async def _get_response_async(self, request: HttpRequest) -> HttpResponseBase: ...
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         # No per-request ThreadSensitiveContext: it starts a thread for every request only to
         # run the request signals' receivers, which this handler does not send (see handle).
@@ -71,12 +75,13 @@ class GatewayHandler(ASGIHandler):
         prefix = get_script_prefix(scope)  # "" without a root path (uvicorn's default)
         if prefix not in ("", "/"):  # a task starts with "/"; setting it costs asgiref's Local
             set_script_prefix(prefix)
-        request, error_response = self.create_request(scope, body_file)
-        if request is None:
+        created = self.create_request(scope, body_file)  # (request, None) or (None, an error)
+        if created[0] is None:
             body_file.close()
-            await self.send_response(error_response, send)
-            _close_resources(error_response)
+            await self.send_response(created[1], send)
+            _close_resources(created[1])
             return
+        request = created[0]
         request.urlconf = URLCONF
         try:
             response = await self._respond_until_disconnect(request, receive, send)
@@ -135,7 +140,9 @@ class GatewayHandler(ASGIHandler):
         await send(
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
-        async with aclosing(chunks or response.streaming_content) as content:  # type: ignore[type-var]
+        if chunks is None:  # is_async: Django's streaming_content is an async generator of bytes
+            chunks = cast("AsyncGenerator[bytes, None]", response.streaming_content)
+        async with aclosing(chunks) as content:
             async for chunk in content:
                 if chunk:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
@@ -145,17 +152,25 @@ class GatewayHandler(ASGIHandler):
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        self._middleware_chain = convert_exception_to_response(self._lean)
+        # A coroutine function stays one: convert_exception_to_response wraps it in another.
+        self._middleware_chain = cast(
+            "Callable[[HttpRequest], Awaitable[HttpResponseBase]]",
+            convert_exception_to_response(self._lean),
+        )
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         """Django's, less its set_urlconf(ROOT_URLCONF): a gateway request runs in a task of
         its own that starts with none set, and the URLconf is set where Django's resolver or
         its error views need it (in _lean)."""
         response = await self._middleware_chain(request)
-        response._resource_closers.append(request.close)
+        response._resource_closers.append(request.close)  # type: ignore[attr-defined]  # Django's, not in its stubs
         if response.status_code >= 400:
             await sync_to_async(log_response, thread_sensitive=False)(
-                "%s: %s", response.reason_phrase, request.path, response=response, request=request
+                "%s: %s",
+                response.reason_phrase,
+                request.path,
+                response=response,  # type: ignore[arg-type]  # any response; the stubs say HttpResponse
+                request=request,
             )
         return response
 
@@ -215,12 +230,13 @@ def _forget_valid_hosts(*, setting: str, **_kwargs: Any) -> None:
 
 def _close_resources(response: HttpResponseBase) -> None:
     """What response.close() does, less sending request_finished (see GatewayHandler.handle)."""
-    for closer in response._resource_closers:
+    closers: list[Callable[[], object]] = response._resource_closers  # type: ignore[attr-defined]  # Django's, not in its stubs
+    for closer in closers:
         try:
             closer()
         except Exception:
             logger.exception("closing a gateway response's resource failed")
-    response._resource_closers.clear()
+    closers.clear()
 
 
 API_ERRORS = {400: "invalid_request_error", 403: "permission_error", 404: "not_found_error"}

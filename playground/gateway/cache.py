@@ -123,6 +123,6 @@ class TtlCache(Generic[K, V]):
             self._entries.pop(next(iter(self._entries)))  # the oldest insertion
 
 
-def _retrieved(task: asyncio.Future[object]) -> None:
+def _retrieved(task: asyncio.Future[V]) -> None:
     if not task.cancelled():
         task.exception()  # a failed load whose waiters all went away is not "never retrieved"

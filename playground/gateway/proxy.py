@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 
 from playground.gateway import limits, sse
 from playground.gateway.access import AccessError
@@ -40,7 +40,7 @@ def error_response(status: int, kind: str, message: str) -> JsonResponse:
     return response
 
 
-async def gateway(request: HttpRequest, kind: Kind) -> HttpResponse:
+async def gateway(request: HttpRequest, kind: Kind) -> HttpResponseBase:
     started_s = time.perf_counter()
     try:
         exchange = await admit(request, kind, started_s)
@@ -73,7 +73,7 @@ async def _refuse_busy(recorder: Recorder) -> HttpResponse:
     return response
 
 
-async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponse:
+async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponseBase:
     exchange = recorder.exchange
     body = engine_body(
         exchange.call.body, stream=exchange.call.stream, served_model=exchange.target.served_model
