@@ -30,9 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from monitoring.gpus.base import DeviceInfo, GpuSample, HostSample
+from monitoring.gpus.base import MIB, DeviceInfo, GpuSample, HostSample
 
-MIB = 1024 * 1024
 SERIES_KEYS: tuple[str, ...] = ("u", "bw", "m", "T", "p", "c", "f")
 
 # storage field (GpuSample attribute) for each series key, and its display conversion

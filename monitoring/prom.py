@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from monitoring.gpus.base import DeviceInfo, GpuSample, HostSample
+from monitoring.gpus.base import MIB, DeviceInfo, GpuSample, HostSample
 
-MIB = 1024 * 1024
 LABELS = ("Hostname", "gpu", "UUID", "modelName", "simulated")
 
 

@@ -60,6 +60,11 @@ def history() -> History:
     return History(redis_client(), interval_s=settings.SAMPLE_INTERVAL_S)
 
 
+def latest_sample(host: str) -> HostSample | None:
+    """The host's newest sample: the one read of live GPU figures outside this app."""
+    return history().latest(host)
+
+
 # --- attribution (pure, plus the one syscall the worker makes) ---------------------------
 
 

@@ -6,7 +6,6 @@ to lie inside its root before it is opened, and `..` or absolute paths are refus
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -16,8 +15,6 @@ from typing import Any
 
 from deployments.catalog import modelfiles
 from deployments.catalog.hub import parse
-
-_MAX_CONFIG_BYTES = 4 * 1024 * 1024
 
 
 class LocalModelError(ValueError):
@@ -112,15 +109,11 @@ def read_config(folder: Path, root: Path) -> dict[str, Any]:
     path = _contained(folder / "config.json", root)
     if path is None or not path.is_file():
         raise LocalModelError(f"{folder.name}: config.json is missing or leads outside the root.")
-    if path.stat().st_size > _MAX_CONFIG_BYTES:
-        raise LocalModelError(f"{folder.name}: config.json is implausibly large.")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise LocalModelError(f"{folder.name}: config.json is not valid JSON ({exc}).") from exc
-    if not isinstance(data, dict):
-        raise LocalModelError(f"{folder.name}: config.json is not a JSON object.")
-    return data
+        return modelfiles.read_config(path)
+    except modelfiles.ModelFilesError as exc:  # the page names the folder, not the server's path
+        why = str(exc).replace(f"{path}: ", "config.json: ")
+        raise LocalModelError(f"{folder.name}: {why}") from exc
 
 
 def _safetensors_parameters(path: Path) -> Counter[str]:

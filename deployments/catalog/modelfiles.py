@@ -14,6 +14,7 @@ from typing import Any
 from deployments.planning import SafetensorsSummary
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # the largest real config.json is a few hundred KiB
 VISION_MARKERS = (
     "vision_tower",
     "vision_model",
@@ -39,13 +40,15 @@ def read_model_folder(folder: Path) -> tuple[dict[str, Any], SafetensorsSummary 
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """Parse config.json; a missing file or bad JSON becomes ModelFilesError."""
+    """Parse config.json, the one reader of it; a missing, huge or bad file is ModelFilesError."""
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelFilesError(f"{path}: config.json is implausibly large")
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ModelFilesError(f"{path.parent}: no config.json in this folder") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFilesError(f"{path}: unreadable JSON ({exc})") from None
+        raise ModelFilesError(f"{path}: unreadable JSON, not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise ModelFilesError(f"{path}: expected a JSON object")
     return data

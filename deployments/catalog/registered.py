@@ -7,10 +7,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import redis
-from django.conf import settings
 
 from deployments import planning
 from deployments.models import GpuLease
+from monitoring import selectors as monitoring_selectors
 from monitoring.models import Host
 
 log = logging.getLogger(__name__)
@@ -27,11 +27,8 @@ def host_links(host: Host) -> dict[tuple[int, int], str]:
 
 def free_bytes_by_gpu(host: Host) -> dict[int, int]:
     """Free memory per GPU index from the latest sample; empty when Redis has none."""
-    from monitoring.history import History
-
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5)
-        sample = History(client, interval_s=settings.SAMPLE_INTERVAL_S).latest(host.name)
+        sample = monitoring_selectors.latest_sample(host.name)
     except redis.RedisError as exc:
         log.warning("no live free-memory figures for %s: %s", host.name, exc)
         return {}

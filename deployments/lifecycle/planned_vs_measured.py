@@ -16,10 +16,11 @@ import redis
 from django.conf import settings
 
 from deployments.models import Deployment, GpuLease, Status
+from deployments.planning.units import GIB
+from monitoring import selectors
 from monitoring.gpus.base import HostSample
 
 MEASURED_STATUSES = frozenset({Status.STARTING, Status.RUNNING, Status.STOPPING})
-GIB = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +68,7 @@ def memory_rows(
 
 
 def _latest(host: str) -> tuple[HostSample | None, dict[str, str]]:
-    from monitoring import selectors
-
-    return selectors.history().latest(host), selectors.stored_owners(host)
+    return selectors.latest_sample(host), selectors.stored_owners(host)
 
 
 def _stale_after_s() -> float:

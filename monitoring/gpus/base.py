@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
+MIB = 1 << 20  # NVML reports bytes; the pages and Prometheus speak MiB
+
 TopologyLevel = Literal["NV", "PIX", "PXB", "PHB", "NODE", "SYS"]
 TOPOLOGY_LEVELS: tuple[TopologyLevel, ...] = get_args(TopologyLevel)
 

@@ -13,9 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from monitoring.gpus.base import DeviceInfo, GpuBackendError, TopologyLevel, TopologyLink
+from monitoring.gpus.base import MIB, DeviceInfo, GpuBackendError, TopologyLevel, TopologyLink
 
-MIB = 1024 * 1024
 MAX_GPUS = 64
 
 
