@@ -1,22 +1,17 @@
 """One keep-alive HTTP/1.1 connection to an engine: an asyncio protocol with httptools' parser.
 
-httpcore2's HTTP/1.1 connection runs h11, a pure-Python parser, under two layers of async
-iterators and a network stream: with 32 streams in flight that was about a third of the
-gateway's CPU per relayed token, and a fifth of its CPU before each first token
-(bench/proxy_overhead.py, cProfile). Here the bytes the engine sends go, as they arrive, through
-httptools (llhttp in C; the parser uvicorn already uses for the gateway's own clients), and a
-body chunk is handed to the relay straight from the protocol.
+The bytes the engine sends go, as they arrive, through httptools (llhttp in C; the parser
+uvicorn already uses for the gateway's own clients), and a body chunk is handed to the relay
+straight from the protocol: a pure-Python parser under layers of async iterators is a large
+share of the gateway's CPU per relayed token (docs/performance.md).
 
-A request goes in as the bytes to write (playground.upstream makes them: one POST, head and
-body); the answer comes out as an `Answer` (status, headers, the body as it arrives). httpx2's
-request and response objects and its transport's mapping to httpcore2's took about 47 µs
-before the engine saw a request (a micro benchmark); without them the gateway's CPU per
-request, 32 at a time in process, went from about 670 to 420 µs. Engines are reached over
-plain HTTP on loopback or the host's private address: there is no TLS here. Errors are
-EngineIOError's kinds.
+A request goes in as the bytes to write (playground.gateway.upstream makes them: one POST, head
+and body); the answer comes out as an `Answer` (status, headers, the body as it arrives), with
+no request or response objects in between. Engines are reached over plain HTTP on loopback or
+the host's private address: there is no TLS here. Errors are EngineIOError's kinds.
 
 Read timeouts are checked by one timer per connection that is moved only when it fires, not by
-a timer per read (that was a heap push and a cancel for every token).
+a timer per read (a heap push and a cancel for every token).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Keep-alive connections to the engines, kept per origin: a request costs O(1) bookkeeping.
 
-httpcore2's AsyncConnectionPool goes over every connection it holds, in several passes that ask
-each one its state, when a request starts and again when one ends. With 32 streams in flight
-that was about a fifth of the gateway's CPU per request (bench/proxy_overhead.py, cProfile).
 Engines speak plain HTTP/1.1 and the gateway never limits its connection count, so this pool
-keeps, per origin, a stack of idle connections (playground.engine_http's), the most recently used
-on top.
+keeps, per origin, a stack of idle connections (playground.gateway.engine_http's), the most
+recently used on top: nothing walks every connection it holds when a request starts or ends
+(a cost that grows with the streams in flight; docs/performance.md).
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ _SCRIPT_SHA = hashlib.sha1(_ACQUIRE.encode(), usedforsecurity=False).hexdigest()
 
 
 def _link() -> RedisLink:
-    """This event loop's pipelined Redis connection (playground.redis_link): the slot commands
-    of a loop turn go out together, over one connection."""
+    """This event loop's pipelined Redis connection (playground.gateway.redis_link): the slot
+    commands of a loop turn go out together, over one connection."""
     loop = asyncio.get_running_loop()
     link = _links.get(loop)
     if link is None:

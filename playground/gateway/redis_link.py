@@ -4,15 +4,10 @@ The commands of one loop turn are written together, once the turn is done, and e
 matched to its command in order (Redis answers in order), read by an asyncio protocol with
 hiredis' parser (the one redis-py uses).
 
-A burst of 32 requests arriving together is admitted in one or a few loop turns: its slot
-commands reach Redis in one or a few writes, and the replies come back the same way. Written
-one by one as each request was admitted, they cost a send and a wake-up of Redis each, on a
-machine where Redis, the engine and the clients share the CPUs with the gateway: the added
-time to first token of such a burst was 5.8-6.8 ms against 3.2-5.9 ms written together, in
-four interleaved pairs of runs (bench/proxy_overhead.py). Through redis-py they had gone out in
-one pipeline too, but after a task of its own per burst, 1-2 ms after the last request was
-admitted (a trace); one connection per command before that (its pool takes a lock and checks
-the socket for each).
+A burst of requests arriving together is admitted in one or a few loop turns: its slot
+commands reach Redis in one or a few writes, and the replies come back the same way, rather
+than a send and a wake-up of Redis per command, on CPUs that Redis, the engines and the clients
+share with the gateway (docs/performance.md).
 
 The URL is REDIS_URL's (redis://, rediss://, unix://; user, password and database number),
 read by redis-py's own parser. Every error is a redis.exceptions.RedisError or TimeoutError;

@@ -1,9 +1,9 @@
 """The engine side of the gateway: one pool of keep-alive connections per event loop.
 
-Requests are written as bytes (head and body, one POST), on playground.engine_pool's
-connections, each one playground.engine_http's asyncio protocol with httptools' parser; the
-answers are engine_http.Answer's. httpx2 did this until its request and response objects were
-measured at about a tenth of the gateway's CPU per request (see engine_http).
+Requests are written as bytes (head and body, one POST), on playground.gateway.engine_pool's
+connections, each one playground.gateway.engine_http's asyncio protocol with httptools' parser;
+the answers are engine_http.Answer's: no client library's request and response objects on the
+hot path (docs/performance.md).
 """
 
 from __future__ import annotations
