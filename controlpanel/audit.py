@@ -46,7 +46,7 @@ def audit_event(
     ip: str | None = None,
 ) -> AuditEvent:
     """The row audit_record writes, scrubbed and not yet saved (for writers that insert many
-    rows at once: playground.dbwork)."""
+    rows at once: playground.gateway.dbwork)."""
     user = actor if getattr(actor, "is_authenticated", False) else None
     name = user.get_username() if user is not None else str((detail or {}).get("username", ""))
     return AuditEvent(

@@ -233,7 +233,7 @@ class EngineConnection(asyncio.Protocol):
         else:
             self._timer = self._loop.call_at(self._deadline, self._on_timer)
 
-    # --- one request at a time (what playground.engine_pool uses) -----------------------------
+    # --- one request at a time (what playground.gateway.engine_pool uses) ---------------------
 
     async def exchange(
         self, data: bytes, *, read_timeout: float | None, write_timeout: float | None

@@ -36,8 +36,8 @@ def gateway_audit_row(
     length: LengthCap | None = None,
     ip: str | None = None,
 ) -> AuditEvent:
-    """The audit row of one gateway request, not yet saved (playground.dbwork inserts them in
-    groups). Keys avoid 'token': the audit scrubber masks those."""
+    """The audit row of one gateway request, not yet saved (playground.gateway.dbwork inserts
+    them in groups). Keys avoid 'token': the audit scrubber masks those."""
     detail: dict[str, Any] = {
         "deployment": deployment[1] if deployment else (call.model if call else ""),
         "endpoint": call.path if call else "",

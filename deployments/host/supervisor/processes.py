@@ -78,7 +78,7 @@ def spawn(
     """Start an engine in its own session (= process group), stdout+stderr to `log_path`.
 
     Raises OSError (FileNotFoundError for a missing executable) after writing it to the log;
-    `deployments.diagnosis.diagnose_spawn_error` turns it into a Diagnosis.
+    `deployments.host.diagnosis.diagnose_spawn_error` turns it into a Diagnosis.
     """
     deployment_id = env.get(MARKER_ENV)
     if not deployment_id:
