@@ -115,7 +115,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
             **audit_extra,
         },
     )
-    fields = {
+    fields: dict[str, Any] = {
         "port": port,
         "bind_host": settings.SHARDBOARD_ENGINE_HOST,
         "pid": handle.pid,

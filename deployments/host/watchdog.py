@@ -161,4 +161,4 @@ def active_engine_pgids(host: str) -> dict[int, str]:
     rows = Deployment.objects.filter(
         host__name=host, status__in=ENGINE_HOLDS_GPUS, pgid__isnull=False
     ).values_list("pgid", "name")
-    return {int(pgid): str(name) for pgid, name in rows}
+    return {pgid: str(name) for pgid, name in rows if pgid is not None}

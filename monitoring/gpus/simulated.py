@@ -16,6 +16,7 @@ from itertools import combinations
 from pathlib import Path
 
 from monitoring.gpus.base import (
+    MIB,
     THROTTLE_REASONS,
     DeviceInfo,
     GpuBackendError,
@@ -25,7 +26,7 @@ from monitoring.gpus.base import (
     TopologyLink,
     failed_sample,
 )
-from monitoring.gpus.simspec import MIB, SimGpu, layout, parse_spec, sim_device, sim_link
+from monitoring.gpus.simspec import SimGpu, layout, parse_spec, sim_device, sim_link
 from monitoring.gpus.simstate import (
     SimEngine,
     SimState,
