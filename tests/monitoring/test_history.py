@@ -62,9 +62,9 @@ def test_keys_are_prefixed_and_sanitised() -> None:
     assert minute_key("") == "shardboard:gpu:1m:_"
 
 
-def test_encoding_is_lossless(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
+def test_encoding_is_lossless(tmp_path: Path, engine_process: subprocess.Popen[bytes]) -> None:
     backend = SimulatedBackend("2xRTX4090-24GB@pcie,1xH100", state_dir=tmp_path)
-    backend.attach(sleeper.pid, [1], 3 * 1024 * MIB, name="engine")
+    backend.attach(engine_process.pid, [1], 3 * 1024 * MIB, name="engine")
     backend.throttle(0, "hw_slowdown")
     backend.lose(2)
     sample = backend.sample()

@@ -22,14 +22,14 @@ def _busy_backend(tmp_path: Path, pid: int) -> SimulatedBackend:
 
 
 def test_live_message_is_compact_and_rounded(
-    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+    tmp_path: Path, engine_process: subprocess.Popen[bytes]
 ) -> None:
-    backend = _busy_backend(tmp_path, sleeper.pid)
+    backend = _busy_backend(tmp_path, engine_process.pid)
     message = live_message("gpu-a", backend.sample(), simulated=True)
     g0, g1, g2 = message["g"]
     assert message["type"] == "sample" and message["h"] == "gpu-a" and message["sim"] is True
     assert g0["i"] == 0 and g0["m"] == 20 * 1024 + 512 and g0["mt"] == 81559
-    assert g0["pr"] == [[sleeper.pid, 20 * 1024, "vllm"]]
+    assert g0["pr"] == [[engine_process.pid, 20 * 1024, "vllm"]]
     assert isinstance(g0["p"], float) and round(g0["p"], 1) == g0["p"] and g0["pl"] == 700.0
     assert "f" not in g0 and "f" in g2  # no fan on an SXM board: left out, not null
     assert g1 == {"i": 1, "err": "GPU is lost", "lost": 1}
@@ -42,8 +42,10 @@ def test_backfill_message_wraps_a_series() -> None:
     assert message == {"type": "backfill", "h": "h", "sim": False, "w": "5m", **series}
 
 
-def test_table_rows_look_like_nvidia_smi(tmp_path: Path, sleeper: subprocess.Popen[bytes]) -> None:
-    backend = _busy_backend(tmp_path, sleeper.pid)
+def test_table_rows_look_like_nvidia_smi(
+    tmp_path: Path, engine_process: subprocess.Popen[bytes]
+) -> None:
+    backend = _busy_backend(tmp_path, engine_process.pid)
     rows = table_rows(backend.devices(), backend.sample(), simulated=True)
     assert [r.state for r in rows] == ["ok", "lost", "ok"]
     assert rows[0].memory == "20992MiB / 81559MiB"
@@ -54,9 +56,9 @@ def test_table_rows_look_like_nvidia_smi(tmp_path: Path, sleeper: subprocess.Pop
 
 
 def test_prometheus_families_use_dcgm_names_and_labels(
-    tmp_path: Path, sleeper: subprocess.Popen[bytes]
+    tmp_path: Path, engine_process: subprocess.Popen[bytes]
 ) -> None:
-    backend = _busy_backend(tmp_path, sleeper.pid)
+    backend = _busy_backend(tmp_path, engine_process.pid)
     snapshot = HostSnapshot("gpu-a", True, backend.devices(), backend.sample())
     registry = CollectorRegistry()
     registry.register(GpuCollector(lambda: [snapshot]))

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import os
-import secrets
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
-from django.test import Client
 
 from deployments.models import Deployment
 from monitoring.models import Host
-from playground import services
-from tests.playground.stub_upstream import StubUpstream
-
-GATEWAY_MAX_TOKENS = 64
-GATEWAY_MAX_CONCURRENT = 2
+from tests.support.gateway import GATEWAY_MAX_CONCURRENT, GATEWAY_MAX_TOKENS, RealEngine
+from tests.support.stub_upstream import StubUpstream
 
 
 @pytest.fixture
@@ -70,37 +63,7 @@ def server(gateway_settings: Any, asgi_server: Any) -> Any:
     return asgi_server
 
 
-def bearer_for(user: Any) -> dict[str, str]:
-    _, raw = services.token_create(user=user, name="test")
-    return {"Authorization": f"Bearer {raw}"}
-
-
-def session_for(user: Any) -> tuple[dict[str, str], dict[str, str]]:
-    """Cookies and headers of a logged-in browser session, with a matching CSRF pair."""
-    client = Client()
-    client.force_login(user)
-    csrf = secrets.token_hex(16)
-    cookies = {"sessionid": client.cookies["sessionid"].value, "csrftoken": csrf}
-    return cookies, {"X-CSRFToken": csrf}
-
-
-def sse_stream(url: str, body: dict[str, Any], headers: dict[str, str], **kw: Any) -> Any:
-    return httpx.stream(
-        "POST", url, json={**body, "stream": True}, headers=headers, timeout=10, **kw
-    )
-
-
-def sse_data(text: str) -> list[str]:
-    return [line[6:] for line in text.splitlines() if line.startswith("data: ")]
-
-
 # --- a real engine: transformers serve on the tiny demo model, as the engine tests run it -----
-
-
-@dataclass(frozen=True)
-class RealEngine:
-    port: int
-    proc: subprocess.Popen[bytes]
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ from playwright.sync_api import expect
 
 from controlpanel.models import AuditEvent
 from playground.models import ApiToken, PlaygroundRun
-from tests.conftest import login, wait_for
+from tests.support.browser import login
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.browser
 

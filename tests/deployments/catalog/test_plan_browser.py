@@ -1,0 +1,181 @@
+"""The main path in a real browser: a model page planned on a registered host, every field of
+the plan panel changed, then Launch; the same panel on an offline host and a what-if fleet.
+Any page error or console error fails the test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deployments.models import Deployment
+from monitoring.models import Gpu, Host
+from tests.support.browser import login
+from tests.support.catalog import BIG, GIB
+from tests.support.live_server import LiveServer
+from tests.support.waiting import wait_for
+from tests.support.workers import start_sim_worker
+
+pytestmark = [pytest.mark.browser, pytest.mark.worker]
+HOST = "planhost"
+KV = "Number(document.getElementById('kv-tokens').dataset.value)"
+BARS = "document.getElementById('plan-chart').data"
+
+
+@pytest.fixture
+def errors(page: Any) -> Iterator[list[str]]:
+    """Every uncaught exception and console error of the page; the test asserts it stays empty."""
+    seen: list[str] = []
+    page.on("pageerror", lambda exc: seen.append(f"pageerror: {exc}"))
+    page.on("console", lambda m: seen.append(f"console: {m.text}") if m.type == "error" else None)
+    yield seen
+
+
+def offline_host() -> Host:
+    """A host whose worker went away: first by name, so a by-name default would pick it."""
+    host = Host.objects.create(name="aaa-gone", queue="host.aaa-gone", backend="nvml")
+    for index in range(8):
+        Gpu.objects.create(
+            host=host,
+            index=index,
+            uuid=f"GPU-gone-{index}",
+            name="H100",
+            memory_total_bytes=80 * GIB,
+        )
+    return host
+
+
+def replanned(page: Any, action: Any) -> None:
+    """Run `action` and wait until the panel has drawn the answer to it."""
+    before = page.evaluate(
+        "() => Number(document.getElementById('plan-result').dataset.revision || 0)"
+    )
+    action()
+    page.wait_for_function(
+        f"() => Number(document.getElementById('plan-result').dataset.revision || 0) > {before}"
+    )
+
+
+def layout(page: Any) -> str:
+    return page.locator("#plan-layout").inner_text()
+
+
+def launch_value(page: Any, name: str) -> str:
+    return page.locator(f"#launch-form input[name={name}]").get_attribute("value") or ""
+
+
+def test_hub_model_on_a_registered_host(
+    host_worker: Any,
+    model_root: Path,
+    live: LiveServer,
+    page: Any,
+    operator: Any,
+    errors: list[str],
+) -> None:
+    offline_host()
+    start_sim_worker(host_worker, HOST, model_root)
+    login(page, live, operator.username)
+    page.goto(f"{live.url}/models/{BIG}/")
+    page.wait_for_function(f"() => {BARS} !== undefined")
+
+    # The online host with the most free GPUs is the default, not the first by name.
+    assert page.locator("#plan-target-select").input_value() == HOST
+    assert layout(page).startswith("TP 4 × PP 1")  # the full 131,072 tokens, not TP 1 clipped
+    assert page.locator("#plan-context").inner_text() == "131072 tokens"
+    assert "TP 1 × PP 1 would clip it" in page.locator("#plan-reason").inner_text()
+    offer = page.locator("#plan-clip")
+    clipped = int(page.locator("#plan-clip-use").get_attribute("data-len") or 0)
+    assert 4096 < clipped < 131072
+    assert offer.is_visible() and f"at most {clipped:,} tokens on 1 GPU" in offer.inner_text()
+    assert page.locator("#launch-button").is_enabled()
+
+    kv_full = page.evaluate(KV)
+    replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", "32768"))
+    assert page.evaluate(KV) != kv_full and launch_value(page, "max_model_len") == "32768"
+    assert page.locator("#launch-button").is_enabled()
+
+    kv_auto = page.evaluate(KV)
+    replanned(page, lambda: page.select_option("#plan-form select[name=kv_cache_dtype]", "fp8"))
+    assert page.evaluate(KV) > 1.5 * kv_auto
+    assert launch_value(page, "kv_cache_dtype") == "fp8"
+
+    replanned(page, lambda: page.select_option("#plan-form select[name=dtype]", "float16"))
+    assert launch_value(page, "dtype") == "float16"
+
+    replanned(page, lambda: page.fill("#plan-form input[name=tensor_parallel_size]", "2"))
+    assert (
+        layout(page).startswith("TP 2 × PP 1") and launch_value(page, "tensor_parallel_size") == "2"
+    )
+    assert len(page.evaluate(f"{BARS}[0].y")) == 2  # one bar per GPU of the replica
+    assert page.locator("#launch-button").is_enabled()
+
+    # Back to the model's context: the explicit shorter choice is one click.
+    replanned(page, lambda: page.fill("#plan-form input[name=tensor_parallel_size]", ""))
+    replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", ""))
+    replanned(page, lambda: page.select_option("#plan-form select[name=kv_cache_dtype]", "auto"))
+    replanned(page, lambda: page.select_option("#plan-form select[name=dtype]", "auto"))
+    clipped = int(page.locator("#plan-clip-use").get_attribute("data-len") or 0)
+    replanned(page, lambda: page.click("#plan-clip-use"))
+    assert page.locator("#plan-form input[name=max_model_len]").input_value() == str(clipped)
+    assert page.locator("#plan-form input[name=tensor_parallel_size]").input_value() == "1"
+    assert layout(page).startswith("TP 1 × PP 1") and launch_value(page, "max_model_len") == str(
+        clipped
+    )
+
+    # An offline host is planned on when asked, says so, and cannot be launched on.
+    replanned(page, lambda: page.select_option("#plan-target-select", "aaa-gone"))
+    assert "aaa-gone is offline" in page.locator("#plan-notice").inner_text()
+    assert page.locator("#launch-button").is_disabled()
+    assert page.locator("#launch-note").inner_text() == "The host is offline."
+
+    # A what-if fleet.
+    replanned(page, lambda: page.select_option("#plan-target-select", "whatif"))
+    replanned(page, lambda: page.fill("#plan-form input[name=gpus]", "8x80GiB@nvlink"))
+    replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", ""))
+    replanned(page, lambda: page.fill("#plan-form input[name=tensor_parallel_size]", ""))
+    replanned(page, lambda: page.fill("#plan-form input[name=pipeline_parallel_size]", ""))
+    assert "room for 2 replicas" in layout(page) and page.locator("#plan-notice").is_hidden()
+    assert page.locator("#launch-button").is_disabled()
+
+    # Back on the host, Launch: a simulated host serves local models only, and says so.
+    replanned(page, lambda: page.select_option("#plan-target-select", HOST))
+    assert page.locator("#launch-button").is_enabled()
+    page.click("#launch-button")
+    page.wait_for_selector(".msg.error")
+    assert "serves local models only" in page.locator(".msg.error").inner_text()
+    assert not Deployment.objects.exists()
+    assert errors == []
+
+
+def test_local_model_plan_launch_running_stop(
+    host_worker: Any,
+    model_root: Path,
+    live: LiveServer,
+    page: Any,
+    operator: Any,
+    errors: list[str],
+) -> None:
+    start_sim_worker(host_worker, HOST, model_root)
+    login(page, live, operator.username)
+    page.goto(f"{live.url}/models/local/0/tiny/")
+    page.wait_for_function(f"() => {BARS} !== undefined")
+    assert page.locator("#plan-target-select").input_value() == HOST
+    replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", "256"))
+    replanned(page, lambda: page.select_option("#plan-form select[name=dtype]", "float32"))
+    assert page.locator("#plan-context").inner_text() == "256 tokens"
+    assert launch_value(page, "max_model_len") == "256"
+    page.fill("#launch-form input[name=name]", "tiny-browser")
+    page.click("#launch-button")
+    page.wait_for_url("**/deployments/*/")
+    d = Deployment.objects.get(name="tiny-browser")
+    assert d.plan["max_model_len"] == 256
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), 120)
+    d.refresh_from_db()
+    assert d.status == "running", d.failure_reason
+    page.wait_for_function("() => document.getElementById('status').textContent === 'Running'")
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.click("#stop-button")
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60)
+    assert errors == []

@@ -1,0 +1,159 @@
+"""The plan command: JSON contract, human output, bad input → one line and exit status 2."""
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+from deployments.catalog.plan_cli import PlanCliError, run_plan
+from tests.support.planning import LLAMA_8B
+from tests.support.processes import ROOT
+
+PLAN_KEYS = {
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "replicas",
+    "fits",
+    "reasons",
+    "warnings",
+    "per_gpu",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "command",
+}
+GPU_KEYS = {
+    "weights_bytes",
+    "activation_bytes",
+    "non_torch_bytes",
+    "cuda_graph_bytes",
+    "kv_cache_bytes",
+    "total_bytes",
+}
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_8B))
+    return tmp_path
+
+
+def test_json_contract(model_dir):
+    out = json.loads(run_plan({"model": str(model_dir), "gpus": "2x80GiB", "tp": 2, "json": True}))
+    assert set(out) == {"plans", "reason"}
+    assert out["reason"] == "TP 2 × PP 1 is the layout you asked for."
+    first = out["plans"][0]
+    assert set(first) == PLAN_KEYS
+    assert (first["tensor_parallel_size"], first["pipeline_parallel_size"]) == (2, 1)
+    assert len(first["per_gpu"]) == 2 and all(set(g) == GPU_KEYS for g in first["per_gpu"])
+    assert all(isinstance(v, int) for g in first["per_gpu"] for v in g.values())
+    assert first["command"][:3] == ["vllm", "serve", str(model_dir)]
+
+
+def test_human_output(model_dir):
+    text = run_plan({"model": str(model_dir), "gpus": "1x80GiB"})
+    assert "weights" in text and "KV cache" in text and "command: vllm serve" in text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"model": "/no/such/folder", "gpus": "1x80GiB"},
+        {"gpus": "1x80GiB", "max_model_len": 0},
+        {"gpus": "banana"},
+        {"gpus": "1x80GiB", "vllm_version": "x"},
+    ],
+)
+def test_bad_input_is_one_line(model_dir, options):
+    with pytest.raises(PlanCliError) as err:
+        run_plan({"model": str(model_dir), **options})
+    assert "\n" not in str(err.value)
+
+
+def test_unknown_architecture_fields(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mystery"}))
+    with pytest.raises(PlanCliError, match="hidden_size"):
+        run_plan({"model": str(tmp_path), "gpus": "1x80GiB"})
+
+
+def test_unreadable_json(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(PlanCliError, match="unreadable JSON"):
+        run_plan({"model": str(tmp_path), "gpus": "1x80GiB"})
+
+
+def write_safetensors(path: Path, tensors: dict) -> None:
+    header = json.dumps(tensors).encode()
+    path.write_bytes(struct.pack("<Q", len(header)) + header)
+
+
+def test_safetensors_headers_and_index(model_dir):
+    write_safetensors(
+        model_dir / "model-1.safetensors",
+        {
+            "__metadata__": {"format": "pt"},
+            "model.embed_tokens.weight": {
+                "dtype": "BF16",
+                "shape": [10, 4],
+                "data_offsets": [0, 80],
+            },
+            "vision_tower.proj.weight": {"dtype": "F16", "shape": [3, 3], "data_offsets": [80, 98]},
+        },
+    )
+    (model_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 98}, "weight_map": {}})
+    )
+    _, summary = read_model_folder(model_dir)
+    assert summary is not None
+    assert dict(summary.parameter_counts) == {"BF16": 40, "F16": 9}
+    assert (summary.vision_parameters, summary.total_bytes) == (9, 98)
+
+
+def test_bad_safetensors_header(model_dir):
+    (model_dir / "x.safetensors").write_bytes(b"\xff" * 4)
+    with pytest.raises(ModelFilesError, match="safetensors"):
+        read_model_folder(model_dir)
+
+
+def manage(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", "plan", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(not (ROOT / "manage.py").exists(), reason="no manage.py yet")
+def test_manage_py_json(model_dir):
+    done = manage(str(model_dir), "--gpus", "2x79.19GiB", "--tp", "1", "--pp", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    first = json.loads(done.stdout)["plans"][0]
+    assert (first["pipeline_parallel_size"], len(first["per_gpu"])) == (2, 2)
+
+
+@pytest.mark.skipif(not (ROOT / "manage.py").exists(), reason="no manage.py yet")
+@pytest.mark.parametrize(
+    "args", [("/no/such/folder", "--gpus", "1x80GiB"), ("x", "--tp", "two"), ("x", "--gpus", "?")]
+)
+def test_manage_py_bad_input_exits_2(args):
+    done = manage(*args)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not (ROOT / "manage.py").exists(), reason="no manage.py yet")
+def test_call_command(model_dir):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("plan", str(model_dir), gpus="1x80GiB", json=True, stdout=out)
+    assert json.loads(out.getvalue())["plans"][0]["fits"] is True

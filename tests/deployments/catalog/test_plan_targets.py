@@ -1,0 +1,118 @@
+"""Where the plan panel plans: the default host, offline and retired hosts, reason and offer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.test import Client
+from django.utils import timezone
+
+from deployments.models import Deployment, GpuLease
+from monitoring.models import Gpu, Host
+from tests.support.catalog import BIG, GIB, login_client
+from tests.support.hubstub import HubStub
+
+
+def make_host(name: str, gpus: int, *, online: bool = True, retired: bool = False) -> Host:
+    now = timezone.now()
+    host = Host.objects.create(
+        name=name,
+        queue=f"host.{name}",
+        backend="nvml",
+        last_heartbeat=now if online else None,
+        retired_at=now if retired else None,
+    )
+    for index in range(gpus):
+        Gpu.objects.create(
+            host=host, index=index, uuid=f"{name}-{index}", name="H100", memory_total_bytes=80 * GIB
+        )
+    return host
+
+
+def lease_all_but(host: Host, free: int, user: Any) -> None:
+    d = Deployment.objects.create(name=f"on-{host.name}", model_id="m", host=host, created_by=user)
+    for gpu in host.gpus.order_by("index")[free:]:
+        GpuLease.objects.create(deployment=d, gpu=gpu, memory_bytes=70 * GIB)
+
+
+def selected_target(html: str) -> str:
+    select = html.split('id="plan-target-select"')[1].split("</select>")[0]
+    return select.split(" selected")[0].rsplit('value="', 1)[1].split('"')[0]
+
+
+def test_default_is_the_online_host_with_most_free_gpus(
+    client: Client, operator: Any, hub: HubStub
+) -> None:
+    make_host("a-offline", 8, online=False)
+    busy = make_host("b-busy", 8)
+    lease_all_but(busy, 2, operator)
+    make_host("c-free", 4)
+    make_host("d-retired", 8, online=False, retired=True)
+    login_client(client, operator)
+    html = client.get(f"/models/{BIG}/").content.decode()
+    assert selected_target(html) == "c-free"
+    assert "c-free (4 of 4 GPUs free)" in html and "b-busy (2 of 8 GPUs free)" in html
+    assert "a-offline (offline)" in html
+    assert "d-retired" not in html
+
+
+def test_no_online_host_plans_a_what_if(client: Client, viewer: Any, hub: HubStub) -> None:
+    make_host("a-offline", 8, online=False)
+    login_client(client, viewer)
+    html = client.get(f"/models/{BIG}/").content.decode()
+    assert selected_target(html) == "whatif"
+
+
+def test_offline_host_is_planned_on_when_asked_but_not_launched(
+    client: Client, operator: Any, hub: HubStub
+) -> None:
+    make_host("gone", 4, online=False)
+    login_client(client, operator)
+    response = client.get("/models/plan/", {"ref": BIG, "target": "gone"})
+    data = response.json()
+    assert response.status_code == 200 and data["ok"]
+    assert data["target"]["online"] is False
+    assert data["notice"].startswith("gone is offline")
+
+
+def test_a_retired_host_is_not_a_target(client: Client, viewer: Any, hub: HubStub) -> None:
+    make_host("old", 4, online=False, retired=True)
+    login_client(client, viewer)
+    response = client.get("/models/plan/", {"ref": BIG, "target": "old"})
+    assert response.status_code == 400
+    assert "no registered host 'old'" in response.json()["error"]
+
+
+def test_reason_and_the_clip_offer(client: Client, viewer: Any, hub: HubStub) -> None:
+    login_client(client, viewer)
+    data = client.get("/models/plan/", {"ref": BIG, "gpus": "2x80GiB@nvlink"}).json()
+    assert data["plan"]["tensor_parallel_size"] == 2
+    assert data["plan"]["max_model_len"] == 131072
+    assert data["reason"].startswith("TP 2 × PP 1 serves the full 131,072-token context")
+    offer = data["clip_offer"]
+    assert offer["tensor_parallel_size"] == 1 and offer["max_model_len"] < 131072
+    clipped = next(a for a in data["alternatives"] if a["context_clipped"])
+    assert clipped["fits"] and not clipped["chosen"]
+
+
+def test_a_clipped_plan_launches_with_its_length(
+    client: Client, operator: Any, hub: HubStub
+) -> None:
+    make_host("one", 1)
+    login_client(client, operator)
+    data = client.get("/models/plan/", {"ref": BIG, "target": "one"}).json()
+    assert data["plan"]["context_clipped"]
+    assert data["reason"].startswith("No layout on these GPUs serves the 131,072-token context")
+    assert data["plan"]["launch"]["max_model_len"] == str(data["plan"]["max_model_len"])
+
+
+def test_goal_and_concurrency_reach_the_planner(client: Client, viewer: Any, hub: HubStub) -> None:
+    login_client(client, viewer)
+    params = {"ref": BIG, "gpus": "8x80GiB@nvlink"}
+    assert client.get("/models/plan/", params).json()["plan"]["tensor_parallel_size"] == 4
+    wide = client.get("/models/plan/", {**params, "concurrency": "8"}).json()
+    assert wide["plan"]["tensor_parallel_size"] == 8
+    many = client.get("/models/plan/", {**params, "goal": "throughput"}).json()
+    assert many["plan"]["replicas"] == 4
+    bad = client.get("/models/plan/", {**params, "goal": "fastest"})
+    assert bad.status_code == 400 and "goal" in bad.json()["error"]

@@ -1,0 +1,148 @@
+"""End to end with real parts: Redis, a real host worker process, a real transformers engine."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import httpx
+import pytest
+from django.test import Client
+
+from controlpanel.models import AuditEvent
+from deployments import planning
+from deployments.lifecycle.planned_vs_measured import memory_table
+from deployments.lifecycle.services import (
+    DeploymentError,
+    LaunchRequest,
+    deployment_create,
+    deployment_stop,
+)
+from deployments.models import Deployment, GpuLease, Status
+from monitoring.models import Host
+from tests.support.waiting import wait_for
+from tests.support.workers import start_sim_worker
+
+pytestmark = [pytest.mark.worker, pytest.mark.engine]
+HOST = "e2ehost"
+
+
+@pytest.fixture
+def worker(host_worker, model_root):
+    return start_sim_worker(host_worker, HOST, model_root)
+
+
+def launch(operator, name="tiny", **plan) -> Deployment:
+    request = LaunchRequest(
+        name=name,
+        model_ref="local:0/tiny",
+        host_name=HOST,
+        engine="vllm",
+        plan_request=planning.PlanRequest(**plan),
+    )
+    return deployment_create(user=operator, request=request)
+
+
+def status_of(d: Deployment) -> str:
+    d.refresh_from_db()
+    return d.status
+
+
+def measured_row(d: Deployment) -> dict | None:
+    rows = memory_table(d)["rows"]
+    return rows[0] if rows and rows[0]["measured_bytes"] is not None else None
+
+
+def test_launch_answer_stop(worker, operator, viewer) -> None:
+    d = launch(operator)
+    assert d.status == Status.PENDING and d.engine == "transformers"  # simulated GPUs: CPU engine
+    assert GpuLease.objects.filter(deployment=d, active=True).count() == 1
+    try:
+        wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    except AssertionError:
+        print(worker.log())
+        raise
+    assert d.status == "running", d.failure_reason
+    answer = httpx.post(
+        f"{d.base_url}/v1/completions", json={"prompt": "1 + 1 =", "max_tokens": 4}, timeout=30
+    )
+    assert answer.status_code == 200
+    lease = GpuLease.objects.get(deployment=d, active=True)
+    # Planned vs measured: the simulated GPU shows the engine holding the plan's memory.
+    row = wait_for(lambda: measured_row(d), timeout_s=15, interval_s=0.5)
+    assert row["gpu"] == lease.gpu.index and row["planned_bytes"] == lease.memory_bytes > 0
+    assert row["measured_bytes"] == lease.memory_bytes and row["difference_bytes"] == 0
+    client = Client()
+    client.force_login(viewer)
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert f'<tr data-gpu="{lease.gpu.index}">' in page and "+0.00 GiB" in page
+    deployment_stop(user=operator, deployment=d)
+    wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
+    assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+    assert memory_table(d)["rows"][0]["measured_bytes"] is None  # nothing measured once ended
+    with pytest.raises(ProcessLookupError):
+        os.killpg(d.pgid, 0)
+    actions = set(AuditEvent.objects.filter(target_id=str(d.pk)).values_list("action", flat=True))
+    assert {"deployment.create", "deployment.spawn", "deployment.stop"} <= actions
+    statuses = list(d.events.values_list("new_status", flat=True))
+    assert statuses == ["pending", "starting", "running", "stopping", "stopped"]
+
+
+def test_engine_killed_is_failed_quickly(worker, operator) -> None:
+    d = launch(operator, name="killme")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    os.killpg(d.pgid, signal.SIGKILL)
+    wait_for(lambda: status_of(d) == "failed", timeout_s=5, interval_s=0.1)
+    assert "exited unexpectedly" in d.failure_reason
+    assert "signal 9 (SIGKILL)" in d.failure_reason  # the worker spawned it: the real status
+    assert "unknown status" not in d.failure_reason
+    assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+
+
+def test_engine_terminated_from_outside_names_sigterm(worker, operator) -> None:
+    d = launch(operator, name="termme")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    os.kill(d.pid, signal.SIGTERM)  # not through Shardboard: an operator's kill, a shutdown
+    wait_for(lambda: status_of(d) == "failed", timeout_s=15, interval_s=0.1)
+    assert "killed by signal 15 (SIGTERM)" in d.failure_reason, d.failure_reason
+    assert "adopted" not in d.failure_reason
+    assert d.diagnosis["title"] == "The engine was killed (SIGTERM)"
+
+
+def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
+    d = launch(operator, name="survivor")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    worker.stop(signal.SIGKILL)
+    os.killpg(d.pgid, 0)  # the engine lives on in its own session
+    again = host_worker(HOST, **worker.extra_env)
+    wait_for(lambda: "reconciled engines" in again.log(), timeout_s=60)
+    assert status_of(d) == "running"  # adopted
+    deployment_stop(user=operator, deployment=d)
+    wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
+
+
+def test_bad_input_is_refused_before_anything_starts(worker, operator, viewer) -> None:
+    with pytest.raises(DeploymentError, match="Unknown host"):
+        deployment_create(
+            user=operator,
+            request=LaunchRequest(name="x", model_ref="local:0/tiny", host_name="nope"),
+        )
+    with pytest.raises(DeploymentError, match="divisible"):
+        launch(operator, name="tp3", tensor_parallel_size=3)
+    with pytest.raises(DeploymentError):
+        launch(operator, name="toolong", max_model_len=10_000_000)
+    with pytest.raises(DeploymentError, match="role"):
+        launch(viewer, name="viewer")
+    with pytest.raises(DeploymentError, match="simulated"):
+        deployment_create(
+            user=operator,
+            request=LaunchRequest(name="hub", model_ref="Qwen/Qwen3-14B", host_name=HOST),
+        )
+    assert not Deployment.objects.exists()
+    worker.stop()
+    Host.objects.filter(name=HOST).update(last_heartbeat=None)
+    with pytest.raises(DeploymentError, match="offline"):
+        launch(operator, name="offline")

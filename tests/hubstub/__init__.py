@@ -1,5 +1,0 @@
-"""A local stand-in for the Hugging Face Hub, answering from recorded JSON fixtures."""
-
-from tests.hubstub.server import HubStub, Request
-
-__all__ = ["HubStub", "Request"]
