@@ -1,12 +1,20 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from controlpanel import views
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("audit/", views.audit_list, name="audit"),
+    # Pages that do not extend base.html (the admin's) still get the icon browsers ask for.
+    path(
+        "favicon.ico",
+        login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
+    ),
     path("hosts/<str:name>/retire/", views.host_retire_view, name="host_retire"),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
