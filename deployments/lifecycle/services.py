@@ -238,7 +238,7 @@ def deployment_stop(
     return deployment
 
 
-def deployment_restart(
+def deployment_relaunch(
     *,
     user: Any,
     deployment: Deployment,

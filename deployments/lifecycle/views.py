@@ -87,10 +87,10 @@ def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
 
 @require_POST
 @role_required(Role.OPERATOR)
-def deployment_restart(request: HttpRequest, pk: int) -> HttpResponse:
+def deployment_relaunch(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
     try:
-        new = services.deployment_restart(
+        new = services.deployment_relaunch(
             user=request.user,
             deployment=deployment,
             http_request=request,
