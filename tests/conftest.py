@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -123,10 +124,22 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("hf-home")
+    (home / "hub").mkdir()
+    return home
+
+
 @pytest.fixture
-def model_root(tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Path:
+def model_root(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, settings: Any) -> Path:
     """A model root with the tiny Llama at `local:0/tiny`, for this process and the worker."""
     root = tmp_path_factory.mktemp("models")
-    make_tiny_llama(root / "tiny")
+    shutil.copytree(tiny_model, root / "tiny")
     settings.MODEL_ROOTS = [root]
     return root

@@ -1,15 +1,12 @@
-"""Fixtures of the deployments tests: the Hub stand-in wired into Django; a tiny model and an
-HF_HOME of the session, for the engine tests."""
+"""Fixtures of the catalog and lifecycle tests: the Hub stand-in wired into Django."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from deployments.catalog.demo_model import make_tiny_llama
 from deployments.catalog.hubaccess import _shared_client
 from tests.support.catalog import LLAMA, TOKEN, clear_hub_cache
 from tests.support.hubstub import HubStub
@@ -27,15 +24,3 @@ def hub(settings: Any) -> Iterator[HubStub]:
     stub.stop()
     _shared_client.cache_clear()
     clear_hub_cache()
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_llama(tmp_path_factory.mktemp("models") / "tiny-llama")
-
-
-@pytest.fixture(scope="session")
-def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    home = tmp_path_factory.mktemp("hf-home")
-    (home / "hub").mkdir()
-    return home

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -67,25 +68,24 @@ def server(gateway_settings: Any, asgi_server: Any) -> Any:
 
 
 @pytest.fixture(scope="session")
-def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealEngine]:
+def tiny_engine(
+    tiny_model: Path, hf_home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RealEngine]:
     """The engine the deployment tests launch, spawned by hand: it is not a deployment, and
     without the deployment marker host workers of other test runs on this machine do not
     take it for an orphan of theirs and stop it (deployments.worker.reconcile)."""
-    from deployments.catalog.demo_model import make_tiny_llama
     from deployments.host import supervisor as sv
     from deployments.host.engines import LaunchSpec, get_adapter
     from deployments.host.engines.base import MARKER_ENV
     from deployments.host.engines.probes import wait_ready
 
     root = tmp_path_factory.mktemp("playground-engine")
-    model = make_tiny_llama(root / "tiny-llama")
-    (root / "hf-home" / "hub").mkdir(parents=True)
     spec = LaunchSpec(
         deployment_id="playground-test",
-        model=str(model),
+        model=str(tiny_model),
         port=sv.find_free_port(),
         device="cpu",
-        extra_env=(("HF_HOME", str(root / "hf-home")),),
+        extra_env=(("HF_HOME", str(hf_home)),),
     )
     command = get_adapter("transformers").build(spec)
     env = {**os.environ, **{k: v for k, v in command.env.items() if k != MARKER_ENV}}
