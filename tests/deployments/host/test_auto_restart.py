@@ -60,6 +60,7 @@ def active_lease_gpus(d: Deployment) -> list[int]:
 
 @pytest.mark.worker
 @pytest.mark.engine
+@pytest.mark.timeout(300)  # a launch alone may wait 120 s for its own message
 def test_killed_engine_comes_back_then_gives_up(host_worker, model_root, operator) -> None:
     worker = start_worker(
         host_worker,
@@ -107,6 +108,7 @@ def test_killed_engine_comes_back_then_gives_up(host_worker, model_root, operato
 
 @pytest.mark.worker
 @pytest.mark.engine
+@pytest.mark.timeout(300)  # a launch alone may wait 120 s for its own message
 def test_stop_during_backoff_cancels_the_restart(host_worker, model_root, operator) -> None:
     worker = start_worker(host_worker, model_root, SHARDBOARD_RESTART_BACKOFF_S="60")
     d = launch(operator, "stopme")
@@ -188,6 +190,7 @@ def test_restart_policy(row, settings) -> None:
 
 @pytest.mark.worker
 @pytest.mark.engine
+@pytest.mark.timeout(300)  # a launch alone may wait 120 s for its own message
 def test_restart_survives_a_worker_crash_during_backoff(host_worker, model_root, operator) -> None:
     env = {"SHARDBOARD_RESTART_BACKOFF_S": "6"}
     worker = start_worker(host_worker, model_root, **env)

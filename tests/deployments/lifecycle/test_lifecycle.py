@@ -23,7 +23,8 @@ from monitoring.models import Host
 from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
 
-pytestmark = [pytest.mark.worker, pytest.mark.engine]
+# A launch may wait 90 s and a stop 60 s for their own messages: more than the default.
+pytestmark = [pytest.mark.worker, pytest.mark.engine, pytest.mark.timeout(300)]
 HOST = "e2ehost"
 
 
