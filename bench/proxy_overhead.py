@@ -3,9 +3,11 @@
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
         [--tokens 64] [--interval-ms 5] [--server uvicorn|daphne] [--workers N] [--pin] \
         [--arrivals burst|staggered] [--levels 1,8,32]
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab \
+        [--variant NAME=[git:REV,]ENV=VALUE[,ENV=VALUE]]... [--levels 8,32] [--blocks 7]
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
-(tests/playground/stub_upstream.py, its own process), a real ASGI server running Shardboard
+(tests/support/stub_upstream.py, its own process), a real ASGI server running Shardboard
 (uvicorn with controlpanel.webserver's options and its default number of processes, as
 `make run` starts it, or daphne for comparison) on a throwaway SQLite database, and
 measures from this process with a hand-written keep-alive HTTP/1.1 client (cheap enough not
@@ -13,6 +15,13 @@ to starve the server): time to first token (p50/p95) and token throughput, direc
 proxied, with the CPU share each process used meanwhile.
 Targets: added TTFT p50 <= 5 ms; proxied throughput >= 95 % of direct. Redis (REDIS_URL)
 is used for the concurrency slots when it is up; the limit is raised so that it never bites.
+
+--ab: one server per variant (each its own environment, a switch read once at start, and its
+own code: this working tree, or a git worktree of REV; default: HEAD against this tree), on one
+private redis-server; per level, blocks of bursts go direct and then to every variant in a
+rotated order, and each block gives each variant its server's CPU per request (on-CPU time of
+every thread, from /proc/PID/task/*/schedstat), Redis's, and its added TTFT p50 (against the
+direct run of the same block). Printed: the median over blocks and the spread (min–max).
 """
 
 from __future__ import annotations
@@ -97,13 +106,19 @@ def prepare_database(env: dict[str, str], upstream_port: int) -> str:
 
 
 def start_upstream(port: int, tokens: int, interval_ms: float) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "tests.playground.stub_upstream", "--port", str(port)]
+    cmd = [sys.executable, "-m", "tests.support.stub_upstream", "--port", str(port)]
     cmd += ["--tokens", str(tokens), "--interval-ms", str(interval_ms), "--dialect", "transformers"]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 
 def start_server(
-    kind: str, port: int, env: dict[str, str], profile: str | None, workers: int
+    kind: str,
+    port: int,
+    env: dict[str, str],
+    profile: str | None,
+    workers: int,
+    extra_env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
 ) -> subprocess.Popen[bytes]:
     python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
     if kind == "daphne":
@@ -111,8 +126,9 @@ def start_server(
         cmd += ["--access-log", os.devnull]
         return subprocess.Popen([*cmd, "controlpanel.asgi:application"], cwd=ROOT, env=env)
     env = dict(env, SHARDBOARD_PORT=str(port), SHARDBOARD_WEB_WORKERS=str(workers))
+    env.update(extra_env or {})
     cmd = [*python, "-m", "controlpanel.webserver"]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env)
+    return subprocess.Popen(cmd, cwd=cwd, env=env)
 
 
 @dataclass
@@ -206,18 +222,21 @@ class Level:
         )
 
 
-def cpu_s(pid: int, *, tree: bool) -> float:
-    """User + system CPU seconds so far of a process (and its live children: server workers)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    if not tree:
-        return own
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return own + sum(cpu_s(int(child), tree=True) for child in children)
-
-
 def cpu_all(pids: dict[str, int]) -> dict[str, float]:
-    return {name: cpu_s(pid, tree=name == "server") for name, pid in pids.items()}
+    return {name: oncpu_s(pid) for name, pid in pids.items()}
+
+
+def oncpu_s(pid: int) -> float:
+    """On-CPU seconds so far of every live thread of a process and of its live children, in
+    nanoseconds' resolution (schedstat), not clock ticks: one block is a fraction of a second."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that just ended
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return total / 1e9 + sum(oncpu_s(int(child)) for child in children)
 
 
 async def run_level(
@@ -316,6 +335,141 @@ async def measure(
     return ok
 
 
+@dataclass
+class Block:
+    """One variant in one block: CPU seconds per request (server, Redis), TTFT p50 added."""
+
+    server_cpu_s: float
+    redis_cpu_s: float
+    added_ttft_s: float
+
+
+async def measure_ab(
+    direct_url: str,
+    variants: dict[str, tuple[str, int]],
+    token: str,
+    rounds: dict[int, int],
+    blocks: int,
+    redis_pid: int,
+) -> dict[int, dict[str, list[Block]]]:
+    """Per level, `blocks` times: direct, then each variant (the order rotated each block)."""
+    auth = {"Authorization": f"Bearer {token}"}
+    results: dict[int, dict[str, list[Block]]] = {}
+    names = list(variants)
+    for concurrency, n in rounds.items():
+        results[concurrency] = {name: [] for name in names}
+        for url, _ in variants.values():  # every process's first requests
+            await run_level(url, auth, concurrency, 2, {})
+        for block in range(blocks):
+            direct = await run_level(direct_url, {}, concurrency, n, {})
+            direct_p50 = statistics.median(direct.ttfts_s)
+            shift = block % len(names)
+            for name in names[shift:] + names[:shift]:
+                url, pid = variants[name]
+                level = await run_level(
+                    url, auth, concurrency, n, {"server": pid, "redis": redis_pid}
+                )
+                requests = len(level.ttfts_s)
+                added = statistics.median(level.ttfts_s) - direct_p50
+                cpu = level.cpu_s
+                results[concurrency][name].append(
+                    Block(cpu["server"] / requests, cpu["redis"] / requests, added)
+                )
+    return results
+
+
+def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
+    def cell(values: list[float], scale: float, fmt: str) -> str:
+        m, lo, hi = (f(values) * scale for f in (statistics.median, min, max))
+        return f"{m:{fmt}} ({lo:{fmt}}–{hi:{fmt}})"
+
+    print(
+        "| streams | variant | server CPU/request µs | Redis CPU/request µs "
+        "| added TTFT p50 ms | blocks |"
+    )
+    print("|---|---|---|---|---|---|")
+    for concurrency, by_name in results.items():
+        for name, blocks in by_name.items():
+            server = cell([b.server_cpu_s for b in blocks], 1e6, ".0f")
+            redis_cpu = cell([b.redis_cpu_s for b in blocks], 1e6, ".0f")
+            added = cell([b.added_ttft_s for b in blocks], 1e3, "+.2f")
+            print(f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {len(blocks)} |")
+
+
+def start_redis(port: int, tmp: Path) -> subprocess.Popen[bytes]:
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
+    cmd += ["--appendonly", "no", "--dir", str(tmp)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+
+
+def parse_variants(specs: list[str]) -> dict[str, tuple[str | None, dict[str, str]]]:
+    """NAME=[git:REV,]ENV=VALUE[,ENV=VALUE] → {NAME: (REV, {ENV: VALUE})}; NAME= alone: this
+    working tree as it is. git:REV: the server runs from a worktree of that revision (the code
+    an A/B replaced), with this tree's virtualenv."""
+    variants: dict[str, tuple[str | None, dict[str, str]]] = {}
+    for spec in specs:
+        name, _, assignments = spec.partition("=")
+        parts = [a for a in assignments.split(",") if a]
+        revs = [a.removeprefix("git:") for a in parts if a.startswith("git:")]
+        pairs = [a.split("=", 1) for a in parts if not a.startswith("git:")]
+        variants[name] = (revs[0] if revs else None, {k: v for k, v in pairs})
+    return variants
+
+
+def worktree(rev: str, tmp: Path) -> Path:
+    path = tmp / f"tree-{rev.replace('/', '_')}"
+    if not path.exists():
+        git = ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev]
+        subprocess.run(git, check=True)
+    return path
+
+
+AB_VARIANTS = ["HEAD=git:HEAD", "this-tree="]  # an uncommitted change against its base
+
+
+def main_ab(args: argparse.Namespace, levels: list[int]) -> int:
+    rounds = {c: args.rounds or {8: 6, 32: 3}.get(c, 6) for c in levels}
+    variants = parse_variants(args.variant or AB_VARIANTS)
+    upstream_port, redis_port = free_port(), free_port()
+    workers = args.workers or webserver.default_workers()
+    with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
+        env = bench_env(Path(tmp))
+        env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+        token = prepare_database(env, upstream_port)
+        procs = [
+            start_upstream(upstream_port, args.tokens, args.interval_ms),
+            start_redis(redis_port, Path(tmp)),
+        ]
+        servers: dict[str, tuple[str, int]] = {}
+        trees: list[Path] = []
+        try:
+            for name, (rev, extra) in variants.items():
+                port = free_port()
+                cwd = ROOT if rev is None else worktree(rev, Path(tmp))
+                trees += [cwd] if rev is not None else []
+                procs.append(start_server("uvicorn", port, env, None, workers, extra, cwd))
+                servers[name] = (f"http://127.0.0.1:{port}/v1/chat/completions", procs[-1].pid)
+                wait_port(port)
+            wait_port(upstream_port)
+            wait_port(redis_port)
+            print(
+                f"A/B: uvicorn ({workers} process(es) each), {args.tokens} tokens per stream at "
+                f"{args.interval_ms:g} ms, burst arrivals, {os.cpu_count()} CPUs, "
+                f"{args.blocks} blocks, rounds per block {rounds}; variants "
+                + "; ".join(f"{n}: {r or 'this tree'} {e or ''}" for n, (r, e) in variants.items())
+            )
+            direct = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
+            run = measure_ab(direct, servers, token, rounds, args.blocks, procs[1].pid)
+            report_ab(asyncio.run(asyncio.wait_for(run, 1800)))
+        finally:
+            for proc in procs:
+                proc.terminate()
+                proc.wait(10)
+            for tree in trees:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
+    return 0
+
+
 def pin(pid: int, cpu: int | None) -> None:
     if cpu is None:
         return
@@ -338,7 +492,7 @@ def main() -> int:
         "--rounds", type=int, default=0, help="rounds per level (default: by level)"
     )
     parser.add_argument(
-        "--levels", default=",".join(map(str, LEVELS)), help="concurrent streams, comma-separated"
+        "--levels", help="concurrent streams, comma-separated (default 1,8,32; --ab: 8,32)"
     )
     parser.add_argument(
         "--arrivals",
@@ -356,8 +510,13 @@ def main() -> int:
     parser.add_argument(
         "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
     )
+    parser.add_argument("--ab", action="store_true", help="compare variants (see above)")
+    parser.add_argument("--variant", action="append", help="NAME=ENV=VALUE[,ENV=VALUE] (--ab)")
+    parser.add_argument("--blocks", type=int, default=7, help="blocks per level (--ab)")
     args = parser.parse_args()
-    levels = [int(level) for level in args.levels.split(",")]
+    if args.ab:
+        return main_ab(args, [int(level) for level in (args.levels or "8,32").split(",")])
+    levels = [int(level) for level in (args.levels or ",".join(map(str, LEVELS))).split(",")]
     # Bursts: 3 per block at 8 and 32 streams, so that one slow moment of the machine does not
     # decide a level's median alone (with one burst per block it did: +2.9 to +5.7 ms at 32
     # streams for the same code within minutes).

@@ -18,7 +18,6 @@ what is tested is what runs.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 import multiprocessing
@@ -29,10 +28,9 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, cast
+from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from controlpanel import env
 
@@ -45,50 +43,6 @@ START_GRACE_S = 10.0
 APP = "controlpanel.asgi:application"
 
 
-class HeadWithBody:
-    """A connection's transport on which a response head waits for its body's first piece,
-    so that both leave in one send, if that piece is written in the same loop turn (a view's
-    whole answer, a relayed stream whose first event came with the engine's head); else the
-    head leaves at the end of the turn: one send and one wake-up of the client fewer per
-    response. Everything else is the transport's own."""
-
-    __slots__ = ("_head", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport, self._loop = transport, loop
-        self._head: bytes | None = None
-
-    def write(self, data: bytes) -> None:
-        head = self._head
-        if head is not None:
-            self._head = None
-            data = head + data
-        elif data.startswith(b"HTTP/1.1 "):  # uvicorn writes a response's head on its own
-            self._head = data
-            self._loop.call_soon(self._flush)
-            return
-        self._transport.write(data)
-
-    def _flush(self) -> None:
-        head, self._head = self._head, None
-        if head is not None and not self._transport.is_closing():
-            self._transport.write(head)
-
-    def close(self) -> None:
-        self._flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class HttpProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol (httptools), writing through HeadWithBody."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(cast(asyncio.Transport, HeadWithBody(transport, self.loop)))
-
-
 class Server(uvicorn.Server):
     """uvicorn's server; once started, what the start made (Django, the app) is moved out of
     the garbage collector's sight (gc.freeze): it is never garbage, and a full collection over
@@ -99,9 +53,15 @@ class Server(uvicorn.Server):
         gc.collect()
         gc.freeze()
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        from playground.gateway import engine_client  # the gateway's, once its requests ended
+
+        await engine_client.close_session()
+
 
 OPTIONS: dict[str, Any] = {
-    "http": HttpProtocol,
+    "http": "httptools",
     "ws": "websockets-sansio",
     # libuv's loop in C: less CPU and a sooner first token than asyncio's when streams burst.
     "loop": "uvloop",

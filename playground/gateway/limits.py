@@ -14,10 +14,9 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+import redis.asyncio
 from django.conf import settings
 from redis.exceptions import NoScriptError, RedisError
-
-from playground.gateway.redis_link import RedisLink
 
 logger = logging.getLogger(__name__)
 REDIS_TIMEOUT_S = 1.0
@@ -33,35 +32,46 @@ return 1
 """
 
 
-_links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisLink] = (
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, redis.asyncio.Redis] = (
     weakref.WeakKeyDictionary()
 )
 _SCRIPT_SHA = hashlib.sha1(_ACQUIRE.encode(), usedforsecurity=False).hexdigest()
 
 
-def _link() -> RedisLink:
-    """This event loop's pipelined Redis connection (playground.gateway.redis_link): the slot
-    commands of a loop turn go out together, over one connection."""
+def _client() -> redis.asyncio.Redis:
+    """This event loop's redis-py client (its own connection pool: a command waits for no
+    other)."""
     loop = asyncio.get_running_loop()
-    link = _links.get(loop)
-    if link is None:
-        link = _links[loop] = RedisLink(
+    client = _clients.get(loop)
+    if client is None:
+        client = _clients[loop] = redis.asyncio.Redis.from_url(
             settings.REDIS_URL,
-            timeout_s=REDIS_TIMEOUT_S,
-            connect_timeout_s=0.5,
-            name="shardboard-gateway-slots",
+            socket_timeout=REDIS_TIMEOUT_S,
+            socket_connect_timeout=0.5,
+            client_name="shardboard-gateway-slots",
         )
-    return link
+    return client
 
 
 async def _acquire(key: str, limit: int, ttl_s: float, member: str) -> Any:
-    link = _link()
+    client = _client()
     command = ("EVALSHA", _SCRIPT_SHA, 1, key, limit, ttl_s, member)
     try:
-        return await link.send(*command)
+        return await client.execute_command(*command)
     except NoScriptError:  # first use, or Redis restarted
-        await link.send("SCRIPT", "LOAD", _ACQUIRE)
-        return await link.send(*command)
+        await client.script_load(_ACQUIRE)
+        return await client.execute_command(*command)
+
+
+def _release_if_granted(acquiring: asyncio.Future[Any], key: str, member: str) -> None:
+    """Once an acquire whose caller went away is answered: its slot given back if granted."""
+    if not acquiring.cancelled() and acquiring.exception() is None and acquiring.result() == 1:
+        asyncio.ensure_future(_client().zrem(key, member)).add_done_callback(_logged)
+
+
+def _logged(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.warning("playground slot not released (expires by TTL): %s", task.exception())
 
 
 def slot_key(user_id: int) -> str:
@@ -78,7 +88,7 @@ class Slot:
         if not self.enforced:
             return
         try:
-            await _link().send("ZREM", self.key, self.member)  # bounded by REDIS_TIMEOUT_S
+            await _client().zrem(self.key, self.member)  # bounded by REDIS_TIMEOUT_S
         except (RedisError, TimeoutError) as exc:
             logger.warning("playground slot %s not released (expires by TTL): %s", self.key, exc)
 
@@ -89,10 +99,13 @@ async def slot_acquire(user_id: int, *, limit: int, ttl_s: float) -> Slot | None
     Redis down: the request goes ahead unlimited (logged), as the rest of the panel does.
     """
     key, member = slot_key(user_id), os.urandom(8).hex()
+    # In a task of its own: redis-py finishes a command already sent even when its caller is
+    # cancelled, and the caller (a client that went away) must not wait for it.
+    acquiring = asyncio.ensure_future(_acquire(key, limit, ttl_s, member))
     try:
-        granted = await _acquire(key, limit, ttl_s, member)  # bounded by REDIS_TIMEOUT_S
-    except asyncio.CancelledError:  # the client went away; the slot may have been granted
-        _link().send_if_connected("ZREM", key, member)
+        granted = await asyncio.shield(acquiring)  # bounded by REDIS_TIMEOUT_S
+    except asyncio.CancelledError:  # the client went away; the slot may be granted meanwhile
+        acquiring.add_done_callback(lambda done: _release_if_granted(done, key, member))
         raise
     except (RedisError, TimeoutError) as exc:
         logger.warning("playground concurrency limit not enforced, Redis unavailable: %s", exc)

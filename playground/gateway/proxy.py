@@ -18,7 +18,7 @@ from playground.gateway import limits, sse
 from playground.gateway.access import AccessError
 from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
 from playground.gateway.asgi import RelayResponse
-from playground.gateway.engine_http import Answer, EngineIOError
+from playground.gateway.engine_client import Answer, EngineIOError
 from playground.gateway.payload import Kind, engine_body
 from playground.gateway.recording import Recorder
 from playground.gateway.rows import Outcome

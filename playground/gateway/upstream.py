@@ -1,41 +1,32 @@
-"""The engine side of the gateway: one pool of keep-alive connections per event loop.
+"""The engine side of the gateway: JSON POSTs to the engines through aiohttp's client.
 
-Requests are written as bytes (head and body, one POST), on playground.gateway.engine_pool's
-connections, each one playground.gateway.engine_http's asyncio protocol with httptools' parser;
-the answers are engine_http.Answer's: no client library's request and response objects on the
-hot path (docs/performance.md).
+playground.gateway.engine_client holds the session (one per event loop, keep-alive connections
+per origin) and turns aiohttp's errors into EngineIOError's kinds; here they become the
+gateway's answers (UpstreamError: status, kind, message).
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from yarl import URL
 
-from playground.gateway.engine_http import (
+from playground.gateway.engine_client import (
     Answer,
     ConnectError,
     ConnectTimeout,
     EngineIOError,
     ReadTimeout,
-    WriteTimeout,
+    post,
 )
-from playground.gateway.engine_pool import EnginePool, Origin
 
 ERROR_BODY_MAX_BYTES = 64 * 1024
 USER_AGENT = "shardboard-gateway"
-MAX_IDLE_CONNECTIONS = 64
-KEEPALIVE_EXPIRY_S = 5.0
-
-_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EnginePool] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 def read_timeout_s() -> float:
@@ -44,17 +35,6 @@ def read_timeout_s() -> float:
 
 def connect_timeout_s() -> float:
     return settings.PLAYGROUND_CONNECT_TIMEOUT_S
-
-
-def shared_pool() -> EnginePool:
-    """Keep-alive connections to every engine, reused by every request of this event loop."""
-    loop = asyncio.get_running_loop()
-    pool = _pools.get(loop)
-    if pool is None:
-        pool = _pools[loop] = EnginePool(
-            max_idle=MAX_IDLE_CONNECTIONS, keepalive_expiry=KEEPALIVE_EXPIRY_S
-        )
-    return pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +58,17 @@ class UpstreamError(Exception):
 async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answer:
     """The engine's answer, headers read and body not yet; an engine error raises."""
     try:
-        origin, head = request_head(target.base_url, path, target.api_key)
+        url, headers = request_parts(target.base_url, path, target.api_key)
     except ValueError as exc:
         raise UpstreamError(502, "engine_error", f"engine of {target.name}: {exc}") from None
     payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    content = payload.encode()
-    data = b"%sContent-Length: %d\r\n\r\n%s" % (head, len(content), content)
     try:
-        answer = await shared_pool().request(
-            origin,
-            data,
-            connect_timeout=connect_timeout_s(),
-            read_timeout=read_timeout_s(),
-            write_timeout=read_timeout_s(),
+        answer = await post(
+            url,
+            headers,
+            payload.encode(),
+            connect_timeout_s=connect_timeout_s(),
+            read_timeout_s=read_timeout_s(),
         )
     except EngineIOError as exc:
         raise transport_error(target, exc) from exc
@@ -100,26 +78,23 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answ
 
 
 @functools.lru_cache(maxsize=1024)
-def request_head(base_url: str, path: str, api_key: str | None) -> tuple[Origin, bytes]:
-    """Where the engine is, and the head of a JSON POST to it up to its Content-Length
-    (made once per engine and path)."""
+def request_parts(base_url: str, path: str, api_key: str | None) -> tuple[URL, dict[str, str]]:
+    """The URL of a JSON POST to the engine and its headers (made once per engine and path)."""
     if any(c in part for part in (base_url, path, api_key or "") for c in "\r\n\0"):
         raise ValueError("an engine's address or key holds a line break")  # no header injection
     url = urlsplit(base_url + path)
     if url.scheme != "http" or not url.hostname:
         raise ValueError(f"engines are reached over plain http://, not {base_url!r}")
-    target = url.path + (f"?{url.query}" if url.query else "")
-    lines = [
-        f"POST {target} HTTP/1.1",
-        f"Host: {url.netloc.rpartition('@')[2]}",  # never user:password@
-        "Accept: text/event-stream, application/json",
-        f"User-Agent: {USER_AGENT}",
-        "Content-Type: application/json",
-    ]
+    headers = {
+        "Accept": "text/event-stream, application/json",
+        "User-Agent": USER_AGENT,
+        "Content-Type": "application/json",
+    }
     if api_key:
-        lines.append(f"Authorization: Bearer {api_key}")
-    head = "".join(f"{line}\r\n" for line in lines).encode("latin-1")
-    return (url.hostname, url.port or 80), head
+        headers["Authorization"] = f"Bearer {api_key}"
+    netloc = url.netloc.rpartition("@")[2]  # never user:password@
+    target = f"http://{netloc}{url.path}" + (f"?{url.query}" if url.query else "")
+    return URL(target, encoded=True), headers  # parsed once, not per request
 
 
 def transport_error(target: Target, exc: EngineIOError) -> UpstreamError:
@@ -128,7 +103,7 @@ def transport_error(target: Target, exc: EngineIOError) -> UpstreamError:
         return UpstreamError(504, "engine_unreachable", f"{where}: connect timed out")
     if isinstance(exc, ConnectError):
         return UpstreamError(502, "engine_unreachable", f"{where} is not reachable: {exc}")
-    if isinstance(exc, ReadTimeout | WriteTimeout):
+    if isinstance(exc, ReadTimeout):
         return UpstreamError(504, "engine_timeout", f"{where} did not answer in time")
     return UpstreamError(502, "engine_error", f"{where} failed: {exc!r}")
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -182,63 +182,6 @@ def test_a_web_process_that_dies_is_replaced(transactional_db: None, settings: A
         output, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, output
     assert "starting another" in output
-
-
-class CountedWrites:
-    """A real transport whose writes are counted (one write is one send to the socket)."""
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-        self.writes: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-        self.transport.write(data)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.transport, name)
-
-
-async def head_with_body() -> tuple[webserver.HeadWithBody, CountedWrites, socket.socket]:
-    ours, theirs = socket.socketpair()
-    loop = asyncio.get_running_loop()
-    transport, _ = await loop.create_unix_connection(asyncio.Protocol, sock=ours)
-    counted = CountedWrites(transport)
-    theirs.setblocking(False)
-    return webserver.HeadWithBody(cast(asyncio.Transport, counted), loop), counted, theirs
-
-
-async def read_all(sock: socket.socket) -> bytes:
-    data, loop = b"", asyncio.get_running_loop()
-    async with asyncio.timeout(5):
-        while chunk := await loop.sock_recv(sock, 65536):
-            data += chunk
-    return data
-
-
-async def test_a_response_head_leaves_with_its_body_in_one_send() -> None:
-    wrapped, counted, peer = await head_with_body()
-    head, body = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n", b"hi"
-    wrapped.write(head)
-    assert counted.writes == []  # held, for its body
-    wrapped.write(body)
-    assert counted.writes == [head + body]
-    wrapped.write(b"more")  # anything that is not a head goes at once
-    assert counted.writes == [head + body, b"more"]
-    wrapped.close()
-    assert await read_all(peer) == head + body + b"more"
-
-
-async def test_a_head_alone_leaves_at_the_end_of_the_loop_turn_or_on_close() -> None:
-    wrapped, counted, peer = await head_with_body()
-    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
-    wrapped.write(head)
-    await asyncio.sleep(0)  # the turn is over: the stream's first piece comes later
-    assert counted.writes == [head]
-    wrapped.write(b"5\r\nfirst\r\n")
-    wrapped.write(b"HTTP/1.1 204 No Content\r\n\r\n")  # the next response, then closed at once
-    wrapped.close()
-    assert await read_all(peer) == head + b"5\r\nfirst\r\n" + b"HTTP/1.1 204 No Content\r\n\r\n"
 
 
 async def test_what_the_start_made_is_frozen_out_of_the_garbage_collectors_sight() -> None:

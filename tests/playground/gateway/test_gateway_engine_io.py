@@ -1,5 +1,5 @@
-"""The gateway's own connections to engines (playground.engine_pool): reuse, hang-ups, timeouts;
-and what the lean /v1/ handler keeps of Django's."""
+"""The gateway's connections to engines (playground.gateway.engine_client): reuse, hang-ups,
+timeouts; and what the lean /v1/ handler keeps of Django's."""
 
 from __future__ import annotations
 
