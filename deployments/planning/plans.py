@@ -60,6 +60,8 @@ class PlanResult:
 
     plans: tuple[Plan, ...]
     reason: str = ""
+    cut_short: bool = False  # the time budget ran out: ``plans`` are the best found until then
+    note: str = ""  # "search cut short (...): ..." when ``cut_short``
 
     @property
     def best(self) -> Plan | None:

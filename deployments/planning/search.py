@@ -2,60 +2,173 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
 from . import choice
 from .argv import serve_argv
+from .checks import layout_errors
+from .errors import PlanningError
 from .inventory import Gpu, Inventory, link_rank
 from .memory import LayoutMemory, evaluate_layout
-from .placement import Replica, TpGroup, replicas, tp_groups
+from .placement import GroupCache, Replica, TpGroup, replicas
 from .plans import GpuRef, Plan, PlanResult
 from .request import PlanRequest, Settings, resolve
 from .spec import ModelSpec
+from .weights import Shard, rank_weights_bytes
+
+MAX_LAYOUTS = 512  # one request's work stays bounded whatever the inventory and the model
+CUT_SHORT = "search cut short"
+# a rank holds at least its share of the weights; the slack covers rounding in that bound
+WEIGHTS_SLACK = 0.9
 
 
-def plan(spec: ModelSpec, inventory: Inventory, request: PlanRequest) -> PlanResult:
-    """Enumerate, place and rank every layout of ``spec`` on ``inventory``."""
+def plan(
+    spec: ModelSpec,
+    inventory: Inventory,
+    request: PlanRequest,
+    *,
+    clock: Callable[[], float] | None = None,
+    deadline: float | None = None,
+) -> PlanResult:
+    """Place, judge and rank the layouts of ``spec`` on ``inventory``, best first.
+
+    Given a ``clock`` and a ``deadline`` on it, the search stops once ``clock() >= deadline``
+    and returns the plans found so far with ``cut_short`` set and a note saying so.
+    """
     request.validate()
-    usable = _usable(spec, inventory, request)
-    forced = _forced(request)
-    layouts = _layouts(inventory, usable, forced)
-    groups: dict[int, dict[str, list[TpGroup]]] = {}
-    for tp in sorted({tp for tp, _ in layouts}):
-        groups[tp] = {h.name: tp_groups(h, usable[h.name], tp) for h in inventory.hosts}
-    plans = [
-        _plan_layout(spec, inventory, request, usable, groups[tp], tp, pp) for tp, pp in layouts
-    ]
-    plans.sort(key=lambda p: choice.rank_key(p, request, forced))
-    return PlanResult(tuple(plans), choice.reason(plans, request, forced))
+    if (clock is None) != (deadline is None):
+        raise PlanningError("plan() takes a clock and a deadline together")
+    search = _Search.of(spec, inventory, request)
+    plans, why = _search(search, _late(clock, deadline))
+    plans.sort(key=lambda p: choice.rank_key(p, request, search.forced))
+    note = f"{CUT_SHORT} ({why}): the best of {len(plans)} layouts tried so far" if why else ""
+    reason = choice.reason(plans, request, search.forced)
+    return PlanResult(tuple(plans), reason, cut_short=bool(why), note=note)
 
 
-def _usable(spec: ModelSpec, inv: Inventory, req: PlanRequest) -> dict[str, list[Gpu]]:
-    out: dict[str, list[Gpu]] = {}
-    for host in inv.hosts:
-        gpus = [g for g in host.gpus if not g.busy]
-        out[host.name] = [g for g in gpus if g.free_bytes >= _budget(spec, req, g)]
+@dataclass(frozen=True, slots=True)
+class _Search:
+    """One request's inputs, and the TP groups of each size as they are first needed."""
+
+    spec: ModelSpec
+    inv: Inventory
+    req: PlanRequest
+    usable: dict[str, list[Gpu]]
+    forced: tuple[int, int] | None
+    weights_bytes: int  # the whole model on one rank: no layout holds less in all
+    best_budget_bytes: int
+    cache: GroupCache = field(default_factory=GroupCache)
+    groups: dict[int, dict[str, list[TpGroup]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, spec: ModelSpec, inv: Inventory, req: PlanRequest) -> _Search:
+        budgets: dict[tuple[int, str], int] = {}
+        usable = _usable(spec, inv, req, budgets)
+        probe = next((g for gpus in usable.values() for g in gpus), None)
+        s = resolve(spec, req, probe.total_bytes, probe.name) if probe else None
+        weights = rank_weights_bytes(spec, Shard(1, 1, 0, s.dtype_bytes, s.quant)) if s else 0
+        best = max(budgets.values(), default=0)
+        return cls(spec, inv, req, usable, _forced(req), weights, best)
+
+    @property
+    def usable_count(self) -> int:
+        return sum(len(g) for g in self.usable.values())
+
+    def layout(self, tp: int, pp: int) -> Plan:
+        if tp not in self.groups:
+            self.groups[tp] = {
+                h.name: self.cache.groups(h, self.usable[h.name], tp) for h in self.inv.hosts
+            }
+        return _plan_layout(self.spec, self.inv, self.req, self.usable, self.groups[tp], tp, pp)
+
+
+def _late(clock: Callable[[], float] | None, deadline: float | None) -> Callable[[], bool]:
+    if clock is None or deadline is None:
+        return lambda: False
+    return lambda: clock() >= deadline
+
+
+def _search(s: _Search, late: Callable[[], bool]) -> tuple[list[Plan], str]:
+    """Round by round, one more pipeline stage for each TP size still open, so that the likely
+    winners (fewest stages) come first. A TP size closes one stage after a layout serves the
+    request, as more stages only rank lower (choice.rank_key), or once its GPUs run out."""
+    plans: list[Plan] = []
+    if s.forced is not None:
+        if late():
+            return plans, "the time budget ran out"
+        plans.append(s.layout(*s.forced))
+    steps = {tp: iter(_stage_counts(s, tp)) for tp in range(1, _widest(s.inv) + 1)}
+    served: set[int] = set()
+    while steps:
+        for tp, pp in _next_round(steps):
+            if late():
+                return plans, "the time budget ran out"
+            if len(plans) >= MAX_LAYOUTS:
+                return plans, f"{MAX_LAYOUTS} layouts tried"
+            p = plans[0] if (tp, pp) == s.forced else s.layout(tp, pp)
+            if (tp, pp) != s.forced:
+                plans.append(p)
+            if not p.gpus or tp in served:
+                steps.pop(tp, None)
+            elif choice.tier(p, s.req) == choice.SERVES:
+                served.add(tp)  # one more stage still: it may be the runner-up the reason names
+    return plans, ""
+
+
+def _next_round(steps: dict[int, Iterator[int]]) -> list[tuple[int, int]]:
+    out = []
+    for tp in list(steps):
+        pp = next(steps[tp], None)
+        if pp is None:
+            del steps[tp]
+        else:
+            out.append((tp, pp))
     return out
 
 
-def _budget(spec: ModelSpec, req: PlanRequest, gpu: Gpu) -> int:
-    s = resolve(spec, req, gpu.total_bytes, gpu.name)
-    return int(gpu.total_bytes * s.gpu_memory_utilization)
+def _stage_counts(s: _Search, tp: int) -> list[int]:
+    """1, then from the fewest stages whose memory could hold the weights, up to the layers."""
+    top = min(s.usable_count // tp, s.spec.num_layers)
+    if top < 1:
+        return []
+    probe = next(g for gpus in s.usable.values() for g in gpus)
+    settings = resolve(s.spec, s.req, probe.total_bytes, probe.name)
+    if layout_errors(s.spec, tp, 1, settings):
+        return [1]  # the TP size itself is refused: one row says why
+    need = WEIGHTS_SLACK * s.weights_bytes / max(tp * s.best_budget_bytes, 1)
+    return [1, *range(max(2, math.ceil(need)), top + 1)]
+
+
+def _widest(inv: Inventory) -> int:
+    return max((len(h.gpus) for h in inv.hosts), default=0)
+
+
+def _usable(
+    spec: ModelSpec, inv: Inventory, req: PlanRequest, budgets: dict[tuple[int, str], int]
+) -> dict[str, list[Gpu]]:
+    out: dict[str, list[Gpu]] = {}
+    for host in inv.hosts:
+        gpus = [g for g in host.gpus if not g.busy]
+        out[host.name] = [g for g in gpus if g.free_bytes >= _budget(spec, req, g, budgets)]
+    return out
+
+
+def _budget(
+    spec: ModelSpec, req: PlanRequest, gpu: Gpu, budgets: dict[tuple[int, str], int]
+) -> int:
+    key = (gpu.total_bytes, gpu.name)
+    if key not in budgets:
+        s = resolve(spec, req, gpu.total_bytes, gpu.name)
+        budgets[key] = int(gpu.total_bytes * s.gpu_memory_utilization)
+    return budgets[key]
 
 
 def _forced(req: PlanRequest) -> tuple[int, int] | None:
     if req.tensor_parallel_size is None and req.pipeline_parallel_size is None:
         return None
     return req.tensor_parallel_size or 1, req.pipeline_parallel_size or 1
-
-
-def _layouts(
-    inv: Inventory, usable: dict[str, list[Gpu]], forced: tuple[int, int] | None
-) -> list[tuple[int, int]]:
-    total = sum(len(g) for g in usable.values())
-    widest = max((len(h.gpus) for h in inv.hosts), default=0)
-    found = [(t, p) for t in range(1, widest + 1) for p in range(1, total // t + 1)]
-    if forced is not None and forced not in found:
-        found.insert(0, forced)
-    return found
 
 
 def _plan_layout(
