@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -13,6 +14,14 @@ from .units import GIB
 LINK_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS", "NET")
 SPEC_LINKS = {"nvlink": "NV18", "pcie": "PXB", "pix": "PIX", "sys": "SYS", "node": "NODE"}
 UNITS = {"gib": GIB, "gb": 10**9, "mib": 1 << 20, "mb": 10**6, "tib": 1 << 40, "tb": 10**12}
+MAX_GPUS = 4096  # in all, over every host of a --gpus spec
+MAX_GPUS_PER_HOST = 64
+MAX_GPU_BYTES = 16 << 40
+# bounded digits: int() of a huge count, or float() of a huge size, is no error message
+TERM = re.compile(
+    r"\s*(\d{1,7})\s*[x×]\s*(?:(\d{1,7})\s*[x×]\s*)?([0-9]{0,12}\.?[0-9]{1,12})\s*([a-zA-Z]{0,8})"
+    r"\s*(?:@\s*(\w{1,16}))?\s*"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,17 +74,63 @@ def link_rank(link: str) -> int:
 
 
 def parse_gpus(spec: str, *, host: str = "local", name: str = "") -> Inventory:
-    """``4x80GiB``, ``2x79.19GiB@nvlink``, ``8x80GiB@pcie``: N identical idle GPUs on one host."""
-    m = re.fullmatch(r"\s*(\d+)\s*[x×]\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*(?:@\s*(\w+))?\s*", spec)
+    """Comma-separated terms: ``NxSIZE[@link]`` is N GPUs on one host (``4x80GiB``,
+    ``8x80GiB@pcie``), ``HxGxSIZE[@link]`` is H hosts of G GPUs each
+    (``16x8x80GiB@nvlink,4x4x48GiB@pcie``). A lone host is named ``host``; several are
+    ``host-1``, ``host-2``, … in the order written."""
+    terms = [_term(t) for t in spec.split(",")]
+    total = sum(t.hosts * t.per_host for t in terms)
+    if total > MAX_GPUS:
+        raise InventorySpecError(f"--gpus {spec!r} describes {total:,} GPUs; at most {MAX_GPUS:,}")
+    count = sum(t.hosts for t in terms)
+    names = iter([host] if count == 1 else [f"{host}-{i}" for i in range(1, count + 1)])
+    return Inventory(tuple(h for t in terms for h in t.build(names, name)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """One ``HxGxSIZE@link`` term of a ``--gpus`` spec."""
+
+    hosts: int
+    per_host: int
+    total_bytes: int
+    label: str  # "80GiB", as written
+    link: str
+
+    def build(self, names: Iterator[str], name: str) -> list[Host]:
+        gpus = tuple(
+            Gpu(i, name or f"GPU {self.label}", self.total_bytes, self.total_bytes)
+            for i in range(self.per_host)
+        )
+        n = self.per_host
+        links = {(a, b): self.link for a in range(n) for b in range(a + 1, n)}  # shared: frozen
+        return [Host(next(names), gpus, links) for _ in range(self.hosts)]
+
+
+def _term(text: str) -> _Term:
+    m = TERM.fullmatch(text)
     if not m:
-        raise InventorySpecError(f"unreadable --gpus {spec!r} (expected e.g. 4x80GiB@nvlink)")
-    count, size, unit, link = int(m[1]), float(m[2]), (m[3] or "GiB").lower(), (m[4] or "nvlink")
-    if unit not in UNITS or link.lower() not in SPEC_LINKS:
-        raise InventorySpecError(f"unknown unit or link in --gpus {spec!r}")
-    if not 0 < count <= 1024 or size <= 0:
-        raise InventorySpecError(f"--gpus {spec!r} needs at least one GPU of positive size")
-    total = round(size * UNITS[unit])
-    gpus = tuple(Gpu(i, name or f"GPU {size:g}{m[3] or 'GiB'}", total, total) for i in range(count))
-    kind = SPEC_LINKS[link.lower()]
-    links = {(a, b): kind for a in range(count) for b in range(a + 1, count)}
-    return Inventory((Host(host, gpus, links),))
+        raise InventorySpecError(
+            f"unreadable --gpus term {text.strip()!r} (expected e.g. 4x80GiB@nvlink, or "
+            "16x8x80GiB@nvlink for 16 hosts of 8 GPUs)"
+        )
+    hosts, per_host = (int(m[1]), int(m[2])) if m[2] else (1, int(m[1]))
+    size, unit, link = float(m[3]), (m[4] or "GiB"), (m[5] or "nvlink")
+    if unit.lower() not in UNITS:
+        raise InventorySpecError(f"unknown unit {unit!r} in --gpus term {text.strip()!r}")
+    if link.lower() not in SPEC_LINKS:
+        known = ", ".join(SPEC_LINKS)
+        raise InventorySpecError(f"unknown link {link!r} in --gpus (known: {known})")
+    if hosts == 0 or per_host == 0:
+        raise InventorySpecError(f"--gpus term {text.strip()!r} needs at least one GPU")
+    if per_host > MAX_GPUS_PER_HOST:
+        raise InventorySpecError(
+            f"--gpus term {text.strip()!r} puts {per_host:,} GPUs on one host; at most "
+            f"{MAX_GPUS_PER_HOST} (write HOSTSxGPUSxSIZE for several hosts)"
+        )
+    total = round(size * UNITS[unit.lower()])
+    if not 0 < total <= MAX_GPU_BYTES:
+        raise InventorySpecError(
+            f"--gpus term {text.strip()!r}: a GPU holds more than 0 and at most 16 TiB"
+        )
+    return _Term(hosts, per_host, total, f"{size:g}{unit}", SPEC_LINKS[link.lower()])
