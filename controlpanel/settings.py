@@ -123,7 +123,10 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns when it is mi
 WHITENOISE_USE_FINDERS = True  # serve static/ without a collectstatic step
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # WhiteNoise serves a file's .gz beside it to clients that accept gzip: collectstatic
+    # writes one for every file; static/vendor ships plotly's, since the server runs straight
+    # from static/ (WHITENOISE_USE_FINDERS, no collectstatic step: so not the manifest storage).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
 SESSION_COOKIE_HTTPONLY = True

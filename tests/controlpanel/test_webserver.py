@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import gzip
 import os
 import signal
 import socket
@@ -202,3 +203,14 @@ async def test_what_the_start_made_is_frozen_out_of_the_garbage_collectors_sight
         await serving
         gc.unfreeze()
         sock.close()
+
+
+def test_plotly_is_the_basic_bundle_served_compressed(client: Any) -> None:
+    """The pages draw scatter and bar traces only: plotly's basic bundle, gzipped on the wire."""
+    response = client.get("/static/vendor/plotly.min.js", HTTP_ACCEPT_ENCODING="gzip, br")
+    assert response.status_code == 200 and response["Content-Encoding"] == "gzip"
+    assert int(response["Content-Length"]) < 500_000  # the full bundle: 4.8 MB, 1.4 MB gzipped
+    body = gzip.decompress(b"".join(response.streaming_content))
+    assert body.startswith(b"/**\n* plotly.js (basic - minified)")
+    plain = client.get("/static/vendor/plotly.min.js")
+    assert "Content-Encoding" not in plain and int(plain["Content-Length"]) == len(body)
