@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .inventory import Gpu, Host, Inventory, link_rank
+
+Matrix = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,51 +56,65 @@ class GroupCache:
     """TP groups of hosts alike (same usable GPU indices and links) are worked out once."""
 
     def __init__(self) -> None:
-        self._shapes: dict[tuple[object, ...], list[tuple[tuple[int, ...], str]]] = {}
-        self._keys: dict[tuple[str, int], tuple[object, ...]] = {}
+        self._shapes: dict[tuple[int, _Links], list[tuple[tuple[int, ...], str]]] = {}
+        self._links: dict[tuple[str, int], _Links] = {}
 
     def groups(self, host: Host, gpus: list[Gpu], size: int) -> list[TpGroup]:
         """``tp_groups(host, gpus, size)``, computed once per kind of host."""
-        sig = self._keys.get((host.name, len(gpus)))
-        if sig is None:
-            sig = self._keys[host.name, len(gpus)] = _signature(host, gpus)
-        shapes = self._shapes.get((size, *sig))
+        links = self._links.get((host.name, len(gpus)))
+        if links is None:
+            links = self._links[host.name, len(gpus)] = _Links.of(host, gpus)
+        shapes = self._shapes.get((size, links))
         if shapes is None:
-            shapes = self._shapes[(size, *sig)] = _shapes(host, gpus, size)
+            shapes = self._shapes[size, links] = _shapes(links, size)
         return [TpGroup(host, tuple(gpus[i] for i in pos), worst) for pos, worst in shapes]
 
 
 def tp_groups(host: Host, gpus: list[Gpu], size: int) -> list[TpGroup]:
     """Split a host's usable GPUs into disjoint groups of ``size``, best-linked first."""
-    return [TpGroup(host, tuple(gpus[i] for i in pos), w) for pos, w in _shapes(host, gpus, size)]
+    shapes = _shapes(_Links.of(host, gpus), size)
+    return [TpGroup(host, tuple(gpus[i] for i in pos), w) for pos, w in shapes]
 
 
-def _signature(host: Host, gpus: list[Gpu]) -> tuple[object, ...]:
-    pairs = tuple(host.link(a.index, b.index) for i, a in enumerate(gpus) for b in gpus[i + 1 :])
-    return tuple(g.index for g in gpus), pairs
+@dataclass(frozen=True, slots=True)
+class _Links:
+    """Links between a host's usable GPUs, by position: hosts alike compare equal."""
+
+    index: tuple[int, ...]
+    names: tuple[tuple[str, ...], ...]
+    rank: tuple[tuple[int, ...], ...] = field(compare=False)
+    uniform: bool = field(compare=False)
+
+    @classmethod
+    def of(cls, host: Host, gpus: list[Gpu]) -> _Links:
+        names = tuple(tuple(host.link(a.index, b.index) for b in gpus) for a in gpus)
+        rank = tuple(tuple(link_rank(x) for x in row) for row in names)
+        uniform = len({x for i, row in enumerate(names) for x in row[i + 1 :]}) <= 1
+        return cls(tuple(g.index for g in gpus), names, rank, uniform)
 
 
-def _shapes(host: Host, gpus: list[Gpu], size: int) -> list[tuple[tuple[int, ...], str]]:
+def _shapes(links: _Links, size: int) -> list[tuple[tuple[int, ...], str]]:
     """Greedy, as positions in ``gpus``: the best group (worst link, then lowest index) grown
-    from each seed, taken in turn. On a host whose links are all alike every seed ties, so the
-    first one decides and the search is linear."""
-    names = [[host.link(a.index, b.index) for b in gpus] for a in gpus]
-    rank = [[link_rank(x) for x in row] for row in names]
-    index = [g.index for g in gpus]
-    uniform = len({x for i, row in enumerate(names) for x in row[i + 1 :]}) <= 1
-    left, out = list(range(len(gpus))), []
+    from each seed, taken in turn."""
+    rank, index = links.rank, links.index
+    if size == 1:  # no links inside: the lowest index first
+        return [((i,), "X") for i in sorted(range(len(index)), key=lambda i: index[i])]
+    left, out = list(range(len(index))), []
     while len(left) >= size:
-        seeds = left[:1] if uniform and size > 1 else left
-        grown = [_grow(rank, index, left, seed, size) for seed in seeds]
-        best = min(grown, key=lambda g: (_quality(rank, g), index[g[0]]))
-        out.append((best, _worst_name(names, rank, best)))
+        if links.uniform:  # every seed ties: the first one and the lowest indices after it
+            rest = sorted(left[1:], key=lambda i: index[i])[: size - 1]
+            best = tuple(sorted([left[0], *rest], key=lambda i: index[i]))
+        else:
+            grown = [_grow(rank, index, left, seed, size) for seed in left]
+            best = min(grown, key=lambda g: (_quality(rank, g), index[g[0]]))
+        out.append((best, _worst_name(links.names, rank, best)))
         taken = set(best)
         left = [i for i in left if i not in taken]
     return out
 
 
 def _grow(
-    rank: list[list[int]], index: list[int], pool: list[int], seed: int, size: int
+    rank: Matrix, index: tuple[int, ...], pool: list[int], seed: int, size: int
 ) -> tuple[int, ...]:
     chosen = [seed]
     worst = {c: rank[seed][c] for c in pool if c != seed}
@@ -111,11 +127,11 @@ def _grow(
     return tuple(sorted(chosen, key=lambda c: index[c]))
 
 
-def _quality(rank: list[list[int]], group: tuple[int, ...]) -> int:
+def _quality(rank: Matrix, group: tuple[int, ...]) -> int:
     return max((rank[a][b] for i, a in enumerate(group) for b in group[i + 1 :]), default=0)
 
 
-def _worst_name(names: list[list[str]], rank: list[list[int]], group: tuple[int, ...]) -> str:
+def _worst_name(names: tuple[tuple[str, ...], ...], rank: Matrix, group: tuple[int, ...]) -> str:
     pairs = [(a, b) for i, a in enumerate(group) for b in group[i + 1 :]]
     if not pairs:
         return "X"
