@@ -55,12 +55,11 @@ def _client() -> redis.asyncio.Redis:
 
 async def _acquire(key: str, limit: int, ttl_s: float, member: str) -> Any:
     client = _client()
-    command = ("EVALSHA", _SCRIPT_SHA, 1, key, limit, ttl_s, member)
     try:
-        return await client.execute_command(*command)
+        return await client.evalsha(_SCRIPT_SHA, 1, key, limit, ttl_s, member)
     except NoScriptError:  # first use, or Redis restarted
         await client.script_load(_ACQUIRE)
-        return await client.execute_command(*command)
+        return await client.evalsha(_SCRIPT_SHA, 1, key, limit, ttl_s, member)
 
 
 def _release_if_granted(acquiring: asyncio.Future[Any], key: str, member: str) -> None:
