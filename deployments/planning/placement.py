@@ -56,17 +56,21 @@ class GroupCache:
     """TP groups of hosts alike (same usable GPU indices and links) are worked out once."""
 
     def __init__(self) -> None:
-        self._shapes: dict[tuple[int, _Links], list[tuple[tuple[int, ...], str]]] = {}
-        self._links: dict[tuple[str, int], _Links] = {}
+        self._shapes: dict[tuple[int, int], list[tuple[tuple[int, ...], str]]] = {}
+        self._links: dict[tuple[int, tuple[int, ...]], tuple[_Links, int]] = {}
+        self._kinds: dict[_Links, int] = {}  # hashing a big host's links once, not per size
 
     def groups(self, host: Host, gpus: list[Gpu], size: int) -> list[TpGroup]:
         """``tp_groups(host, gpus, size)``, computed once per kind of host."""
-        links = self._links.get((host.name, len(gpus)))
-        if links is None:
-            links = self._links[host.name, len(gpus)] = _Links.of(host, gpus)
-        shapes = self._shapes.get((size, links))
+        # hosts built alike share their links dict (parse_gpus); the inventory keeps it alive
+        key = (id(host.links), tuple(g.index for g in gpus))
+        if key not in self._links:
+            links = _Links.of(host, gpus)
+            self._links[key] = links, self._kinds.setdefault(links, len(self._kinds))
+        links, kind = self._links[key]
+        shapes = self._shapes.get((size, kind))
         if shapes is None:
-            shapes = self._shapes[size, links] = _shapes(links, size)
+            shapes = self._shapes[size, kind] = _shapes(links, size)
         return [TpGroup(host, tuple(gpus[i] for i in pos), worst) for pos, worst in shapes]
 
 

@@ -43,7 +43,7 @@ def plan(
     search = _Search.of(spec, inventory, request)
     plans, why = _search(search, _late(clock, deadline))
     plans.sort(key=lambda p: choice.rank_key(p, request, search.forced))
-    note = f"{CUT_SHORT} ({why}): the best of {len(plans)} layouts tried so far" if why else ""
+    note = f"{CUT_SHORT} ({why}): {_tried(len(plans))}" if why else ""
     reason = choice.reason(plans, request, search.forced)
     return PlanResult(tuple(plans), reason, cut_short=bool(why), note=note)
 
@@ -82,6 +82,12 @@ class _Search:
                 h.name: self.cache.groups(h, self.usable[h.name], tp) for h in self.inv.hosts
             }
         return _plan_layout(self.spec, self.inv, self.req, self.usable, self.groups[tp], tp, pp)
+
+
+def _tried(count: int) -> str:
+    if count == 0:
+        return "no layout was tried"
+    return f"the best of the {count} layouts tried so far" if count > 1 else "one layout tried"
 
 
 def _late(clock: Callable[[], float] | None, deadline: float | None) -> Callable[[], bool]:
