@@ -116,6 +116,20 @@ class ModelSpec:
 
 
 TEXT_KEYS = ("text_config", "llm_config", "language_config")
+# Far above any real model (the largest have ~130 layers, hidden 18k, vocab 260k, 10M tokens of
+# context), low enough that a config claiming more cannot stall the per-layer work of a plan.
+BOUNDS = {
+    "num_hidden_layers": 10_000,
+    "hidden_size": 1 << 20,
+    "num_attention_heads": 1 << 16,
+    "num_key_value_heads": 1 << 16,
+    "head_dim": 1 << 16,
+    "intermediate_size": 1 << 24,
+    "vocab_size": 1 << 24,
+    "num_experts": 1 << 16,
+    "moe_intermediate_size": 1 << 24,
+}
+MAX_CONTEXT_TOKENS = 1 << 28
 MAX_LEN_KEYS = (
     "max_position_embeddings",
     "n_positions",
@@ -147,23 +161,49 @@ def spec_from_config(
     hidden = _int(text, "hidden_size", "n_embd", "d_model")
     heads = _int(text, "num_attention_heads", "n_head", "num_heads")
     max_len, source = _max_len(text)
-    spec = ModelSpec(
-        name=name or str(config.get("_name_or_path", "")),
-        model_type=model_type,
-        hidden_size=hidden,
-        num_layers=_int(text, "num_hidden_layers", "n_layer", "num_layers"),
-        num_heads=heads,
-        num_kv_heads=_kv_heads(text, heads),
-        head_dim=_head_dim(text, hidden, heads),
-        intermediate_size=_intermediate(text, hidden),
-        vocab_size=_int(text, "vocab_size", "padded_vocab_size"),
-        dtype=_dtype(config, text, safetensors),
-        derived_max_model_len=max_len,
-        max_len_source=source,
-        architectures=tuple(str(a) for a in config.get("architectures") or ()),
-        **_flags(text, model_type, config),
+    spec = _bounded(
+        ModelSpec(
+            name=name or str(config.get("_name_or_path", "")),
+            model_type=model_type,
+            hidden_size=hidden,
+            num_layers=_int(text, "num_hidden_layers", "n_layer", "num_layers"),
+            num_heads=heads,
+            num_kv_heads=_kv_heads(text, heads),
+            head_dim=_head_dim(text, hidden, heads),
+            intermediate_size=_intermediate(text, hidden),
+            vocab_size=_int(text, "vocab_size", "padded_vocab_size"),
+            dtype=_dtype(config, text, safetensors),
+            derived_max_model_len=max_len,
+            max_len_source=source,
+            architectures=tuple(str(a) for a in config.get("architectures") or ()),
+            **_flags(text, model_type, config),
+        )
     )
-    return _with_extras(spec, text, config, safetensors)
+    spec = _with_extras(spec, text, config, safetensors)
+    if spec.moe is not None:
+        _check("num_experts", spec.moe.num_experts)
+        _check("moe_intermediate_size", spec.moe.expert_intermediate_size)
+    return spec
+
+
+def _bounded(spec: ModelSpec) -> ModelSpec:
+    """Refuse absurd dimensions before anything loops over layers (per-layer flags, weights)."""
+    _check("num_hidden_layers", spec.num_layers)
+    _check("hidden_size", spec.hidden_size)
+    _check("num_attention_heads", spec.num_heads)
+    _check("num_key_value_heads", spec.num_kv_heads)
+    _check("head_dim", spec.head_dim)
+    _check("intermediate_size", spec.intermediate_size)
+    _check("vocab_size", spec.vocab_size)
+    return spec
+
+
+def _check(field: str, value: int) -> None:
+    if value > BOUNDS[field]:
+        raise ModelSpecError(
+            f"config.json field {field} is {value:,}, beyond any real model (at most "
+            f"{BOUNDS[field]:,}): not a model that can be planned"
+        )
 
 
 def _with_extras(
@@ -269,6 +309,11 @@ def _max_len(cfg: Mapping[str, Any]) -> tuple[int, str]:
                 if kind == "yarn":
                     length = float(rope.get("original_max_position_embeddings", length))
                 length *= float(rope["factor"])
+    if not length <= MAX_CONTEXT_TOKENS:  # also NaN and infinity
+        raise ModelSpecError(
+            f"config.json gives a context of {length:,.0f} tokens ({key}, rope_scaling), beyond "
+            f"any real model (at most {MAX_CONTEXT_TOKENS:,})"
+        )
     return int(length), f"{key}={float(found[key])}"
 
 
