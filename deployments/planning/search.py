@@ -1,4 +1,10 @@
-"""Plan search: every TP × PP layout over an inventory, placed, judged and ranked."""
+"""Plan search: TP × PP layouts over an inventory, placed, judged and ranked.
+
+Polynomial in the fleet: TP groups are worked out once per kind of host (placement.GroupCache),
+each layout is judged once per kind of GPU, and per TP size the pipeline stages run from the
+fewest whose memory could hold the weights up to one past the first layout that serves the
+request (never past the model's layers), so 1,024 GPUs try about as many layouts as 16.
+"""
 
 from __future__ import annotations
 
@@ -35,7 +41,9 @@ def plan(
     """Place, judge and rank the layouts of ``spec`` on ``inventory``, best first.
 
     Given a ``clock`` and a ``deadline`` on it, the search stops once ``clock() >= deadline``
-    and returns the plans found so far with ``cut_short`` set and a note saying so.
+    and returns the plans found so far with ``cut_short`` set and a note saying so. The clock
+    is read before each layout, so the overshoot is one layout (milliseconds; about 0.1 s for
+    a model of 10,000 layers over 1,024 GPUs).
     """
     request.validate()
     if (clock is None) != (deadline is None):
@@ -112,7 +120,7 @@ def _search(s: _Search, late: Callable[[], bool]) -> tuple[list[Plan], str]:
             if late():
                 return plans, "the time budget ran out"
             if len(plans) >= MAX_LAYOUTS:
-                return plans, f"{MAX_LAYOUTS} layouts tried"
+                return plans, f"at most {MAX_LAYOUTS} layouts a request"
             p = plans[0] if (tp, pp) == s.forced else s.layout(tp, pp)
             if (tp, pp) != s.forced:
                 plans.append(p)
