@@ -34,8 +34,8 @@ from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
 
 from deployments.catalog.hubaccess import _shared_client  # noqa: E402
-from tests.catalog.conftest import clear_hub_cache  # noqa: E402
-from tests.hubstub import HubStub  # noqa: E402
+from tests.support.catalog import clear_hub_cache  # noqa: E402
+from tests.support.hubstub import HubStub  # noqa: E402
 
 GIB = 1 << 30
 SEARCH_TARGET_MS = 300
