@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,92 +42,24 @@ from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from proxy_procs import (  # noqa: E402  (bench/ is this script's own folder on sys.path)
+    bench_env,
+    cpu_all,
+    free_port,
+    pin,
+    prepare_database,
+    start_redis,
+    start_server,
+    start_upstream,
+    wait_port,
+    worktree,
+)
+
 from controlpanel import webserver  # noqa: E402  (the server's defaults)
 
 LEVELS = (1, 8, 32)
 BLOCKS = 3  # direct and proxied alternate this many times per level
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "go"}], "stream": True}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_port(port: int, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port} after {timeout_s} s")
-
-
-def bench_env(var_dir: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        SHARDBOARD_VAR_DIR=str(var_dir),
-        DATABASE_URL=f"sqlite:///{var_dir / 'bench.sqlite3'}",
-        PLAYGROUND_MAX_CONCURRENT="1000",
-        PLAYGROUND_MAX_TOKENS="100000",
-        DJANGO_SETTINGS_MODULE="controlpanel.settings",
-        LOG_LEVEL="WARNING",
-    )
-    return env
-
-
-def prepare_database(env: dict[str, str], upstream_port: int) -> str:
-    """Migrate, create an operator, a token and a deployment row; returns the token."""
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
-    script = (
-        "from django.contrib.auth.models import Group, User\n"
-        "from deployments.models import Deployment\n"
-        "from monitoring.models import Host\n"
-        "from playground.services import token_create\n"
-        "u = User.objects.create_user('bench-operator', password='x')\n"
-        "u.groups.add(Group.objects.get_or_create(name='operator')[0])\n"
-        "h = Host.objects.create(name='bench', queue='host.bench', backend='simulated', simulated=True)\n"
-        f"Deployment.objects.create(name='bench', model_id='/m', engine='transformers', host=h,"
-        f" status='running', bind_host='127.0.0.1', port={upstream_port}, created_by=u)\n"
-        "print(token_create(user=u, name='bench')[1])\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", script],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip().splitlines()[-1]
-
-
-def start_upstream(port: int, tokens: int, interval_ms: float) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "tests.support.stub_upstream", "--port", str(port)]
-    cmd += ["--tokens", str(tokens), "--interval-ms", str(interval_ms), "--dialect", "transformers"]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
-
-
-def start_server(
-    kind: str,
-    port: int,
-    env: dict[str, str],
-    profile: str | None,
-    workers: int,
-    extra_env: dict[str, str] | None = None,
-    cwd: Path = ROOT,
-) -> subprocess.Popen[bytes]:
-    python = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else [])]
-    if kind == "daphne":
-        cmd = [*python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
-        cmd += ["--access-log", os.devnull]
-        return subprocess.Popen([*cmd, "controlpanel.asgi:application"], cwd=ROOT, env=env)
-    env = dict(env, SHARDBOARD_PORT=str(port), SHARDBOARD_WEB_WORKERS=str(workers))
-    env.update(extra_env or {})
-    cmd = [*python, "-m", "controlpanel.webserver"]
-    return subprocess.Popen(cmd, cwd=cwd, env=env)
 
 
 @dataclass
@@ -220,23 +151,6 @@ class Level:
             sum(level.wall_s for level in levels),
             cpu,
         )
-
-
-def cpu_all(pids: dict[str, int]) -> dict[str, float]:
-    return {name: oncpu_s(pid) for name, pid in pids.items()}
-
-
-def oncpu_s(pid: int) -> float:
-    """On-CPU seconds so far of every live thread of a process and of its live children, in
-    nanoseconds' resolution (schedstat), not clock ticks: one block is a fraction of a second."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (FileNotFoundError, ProcessLookupError):
-            continue  # a thread that just ended
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return total / 1e9 + sum(oncpu_s(int(child)) for child in children)
 
 
 async def run_level(
@@ -396,12 +310,6 @@ def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
             print(f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {len(blocks)} |")
 
 
-def start_redis(port: int, tmp: Path) -> subprocess.Popen[bytes]:
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""]
-    cmd += ["--appendonly", "no", "--dir", str(tmp)]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-
-
 def parse_variants(specs: list[str]) -> dict[str, tuple[str | None, dict[str, str]]]:
     """NAME=[git:REV,]ENV=VALUE[,ENV=VALUE] → {NAME: (REV, {ENV: VALUE})}; NAME= alone: this
     working tree as it is. git:REV: the server runs from a worktree of that revision (the code
@@ -414,14 +322,6 @@ def parse_variants(specs: list[str]) -> dict[str, tuple[str | None, dict[str, st
         pairs = [a.split("=", 1) for a in parts if not a.startswith("git:")]
         variants[name] = (revs[0] if revs else None, {k: v for k, v in pairs})
     return variants
-
-
-def worktree(rev: str, tmp: Path) -> Path:
-    path = tmp / f"tree-{rev.replace('/', '_')}"
-    if not path.exists():
-        git = ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(path), rev]
-        subprocess.run(git, check=True)
-    return path
 
 
 AB_VARIANTS = ["HEAD=git:HEAD", "this-tree="]  # an uncommitted change against its base
@@ -468,14 +368,6 @@ def main_ab(args: argparse.Namespace, levels: list[int]) -> int:
             for tree in trees:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
     return 0
-
-
-def pin(pid: int, cpu: int | None) -> None:
-    if cpu is None:
-        return
-    os.sched_setaffinity(pid, {cpu})
-    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        pin(int(child), cpu)
 
 
 def main() -> int:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from . import config_fields as cf
 from . import quant as quant_mod
 from .errors import ModelSpecError
 from .quant import QuantSpec
@@ -115,7 +116,6 @@ class ModelSpec:
 # --- reading config.json ----------------------------------------------------------------
 
 
-TEXT_KEYS = ("text_config", "llm_config", "language_config")
 # Far above any real model (the largest have ~130 layers, hidden 18k, vocab 260k, 10M tokens of
 # context), low enough that a config claiming more cannot stall the per-layer work of a plan.
 BOUNDS = {
@@ -129,17 +129,6 @@ BOUNDS = {
     "num_experts": 1 << 16,
     "moe_intermediate_size": 1 << 24,
 }
-MAX_CONTEXT_TOKENS = 1 << 28
-MAX_LEN_KEYS = (
-    "max_position_embeddings",
-    "n_positions",
-    "max_seq_len",
-    "seq_length",
-    "model_max_length",
-    "max_sequence_length",
-    "max_seq_length",
-    "seq_len",
-)
 NON_GATED = frozenset(
     {"phi", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode", "opt", "bloom", "gptj"}
 )
@@ -156,22 +145,22 @@ def spec_from_config(
     """Build a ModelSpec; raises ModelSpecError naming the first missing or bad field."""
     if not isinstance(config, Mapping):
         raise ModelSpecError("config.json must hold a JSON object")
-    text = _text_config(config)
+    text = cf.text_config(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
-    hidden = _int(text, "hidden_size", "n_embd", "d_model")
-    heads = _int(text, "num_attention_heads", "n_head", "num_heads")
-    max_len, source = _max_len(text)
+    hidden = cf.int_field(text, "hidden_size", "n_embd", "d_model")
+    heads = cf.int_field(text, "num_attention_heads", "n_head", "num_heads")
+    max_len, source = cf.max_len(text)
     spec = _bounded(
         ModelSpec(
             name=name or str(config.get("_name_or_path", "")),
             model_type=model_type,
             hidden_size=hidden,
-            num_layers=_int(text, "num_hidden_layers", "n_layer", "num_layers"),
+            num_layers=cf.int_field(text, "num_hidden_layers", "n_layer", "num_layers"),
             num_heads=heads,
-            num_kv_heads=_kv_heads(text, heads),
-            head_dim=_head_dim(text, hidden, heads),
-            intermediate_size=_intermediate(text, hidden),
-            vocab_size=_int(text, "vocab_size", "padded_vocab_size"),
+            num_kv_heads=cf.kv_heads(text, heads),
+            head_dim=cf.head_dim(text, hidden, heads),
+            intermediate_size=cf.intermediate(text, hidden),
+            vocab_size=cf.int_field(text, "vocab_size", "padded_vocab_size"),
             dtype=_dtype(config, text, safetensors),
             derived_max_model_len=max_len,
             max_len_source=source,
@@ -212,13 +201,11 @@ def _with_extras(
     config: Mapping[str, Any],
     st: SafetensorsSummary | None,
 ) -> ModelSpec:
-    from dataclasses import replace
-
     moe, moe_layers = _moe(text, spec.num_layers)
     mla = _mla(text)
     qc = config.get("quantization_config") or text.get("quantization_config")
     vision = st.vision_parameters if st is not None else vision_parameters(config, spec.hidden_size)
-    rotary = mla.qk_rope_head_dim if mla else _rotary_dim(text, spec.head_dim)
+    rotary = mla.qk_rope_head_dim if mla else cf.rotary_dim(text, spec.head_dim)
     return replace(
         spec,
         moe=moe,
@@ -227,57 +214,10 @@ def _with_extras(
         quant=quant_mod.from_config(qc) if isinstance(qc, Mapping) else None,
         vision_parameters=vision,
         rotary_dim=rotary,
-        rope_cache_len=_rope_cache_len(text),
+        rope_cache_len=cf.rope_cache_len(text),
         rope_caches=2 if spec.model_type in ("gemma3", "gemma3_text") else 1,
-        **_sliding(text, spec.model_type, spec.num_layers),
+        **cf.sliding(text, spec.model_type, spec.num_layers),
     )
-
-
-def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    for key in TEXT_KEYS:
-        nested = config.get(key)
-        if isinstance(nested, Mapping) and nested:
-            return nested
-    return config
-
-
-def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int:
-    for key in keys:
-        value = cfg.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ModelSpecError(
-                f"config.json field {key} must be a positive number, got {value!r}"
-            )
-        if value != int(value):
-            raise ModelSpecError(f"config.json field {key} must be a whole number, got {value!r}")
-        return int(value)
-    if default is not None:
-        return default
-    raise ModelSpecError(f"config.json lacks {' / '.join(keys)}")
-
-
-def _kv_heads(cfg: Mapping[str, Any], heads: int) -> int:
-    if cfg.get("multi_query") is True:
-        return 1
-    keys = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num")
-    return _int(cfg, *keys, default=heads)
-
-
-def _head_dim(cfg: Mapping[str, Any], hidden: int, heads: int) -> int:
-    if cfg.get("head_dim") is not None:
-        return _int(cfg, "head_dim")
-    if hidden % heads:
-        raise ModelSpecError(
-            f"hidden_size {hidden} is not a multiple of {heads} heads; set head_dim"
-        )
-    return hidden // heads
-
-
-def _intermediate(cfg: Mapping[str, Any], hidden: int) -> int:
-    keys = ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size")
-    return _int(cfg, *keys, default=4 * hidden)
 
 
 def _dtype(
@@ -293,47 +233,6 @@ def _dtype(
             best = max(floats, key=lambda k: floats[k])
             return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[best]
     return "float32"
-
-
-def _max_len(cfg: Mapping[str, Any]) -> tuple[int, str]:
-    found = {k: cfg[k] for k in MAX_LEN_KEYS if isinstance(cfg.get(k), int | float)}
-    if not found:
-        return 2048, "default=2048"
-    key = min(found, key=lambda k: found[k])
-    length = float(found[key])
-    rope = cfg.get("rope_scaling")
-    if isinstance(rope, Mapping):
-        kind = rope.get("rope_type", rope.get("type"))
-        if kind not in ("su", "longrope", "llama3", "default", "mrope") and "factor" in rope:
-            if "mrope_section" not in rope:
-                if kind == "yarn":
-                    length = float(rope.get("original_max_position_embeddings", length))
-                length *= float(rope["factor"])
-    if not length <= MAX_CONTEXT_TOKENS:  # also NaN and infinity
-        raise ModelSpecError(
-            f"config.json gives a context of {length:,.0f} tokens ({key}, rope_scaling), beyond "
-            f"any real model (at most {MAX_CONTEXT_TOKENS:,})"
-        )
-    return int(length), f"{key}={float(found[key])}"
-
-
-def _rope_cache_len(cfg: Mapping[str, Any]) -> int:
-    length = int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 2048)
-    rope = cfg.get("rope_scaling")
-    if not isinstance(rope, Mapping) or "factor" not in rope:
-        return length
-    kind = rope.get("rope_type", rope.get("type"))
-    if kind in ("linear", "dynamic"):
-        return int(length * float(rope["factor"]))
-    if kind in ("yarn", "deepseek_yarn"):
-        original = rope.get("original_max_position_embeddings", length)
-        return int(float(original) * float(rope["factor"]))
-    return length
-
-
-def _rotary_dim(cfg: Mapping[str, Any], head_dim: int) -> int:
-    factor = cfg.get("partial_rotary_factor", cfg.get("rotary_pct", 1.0))
-    return int(head_dim * float(factor))
 
 
 def _flags(text: Mapping[str, Any], model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
@@ -354,15 +253,15 @@ def _flags(text: Mapping[str, Any], model_type: str, config: Mapping[str, Any]) 
 
 
 def _moe(cfg: Mapping[str, Any], layers: int) -> tuple[MoeSpec | None, tuple[bool, ...]]:
-    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=1)
+    experts = cf.int_field(cfg, "num_local_experts", "num_experts", "n_routed_experts", default=1)
     if experts <= 1:
         return None, ()
-    inter = _int(cfg, "moe_intermediate_size", "intermediate_size")
+    inter = cf.int_field(cfg, "moe_intermediate_size", "intermediate_size")
     shared = int(cfg.get("n_shared_experts") or 0) * inter
     shared = shared or int(cfg.get("shared_expert_intermediate_size") or 0)
     moe = MoeSpec(
         num_experts=experts,
-        experts_per_token=_int(cfg, "num_experts_per_tok", "moe_topk", default=2),
+        experts_per_token=cf.int_field(cfg, "num_experts_per_tok", "moe_topk", default=2),
         expert_intermediate_size=inter,
         shared_intermediate_size=shared,
         shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")),
@@ -383,29 +282,9 @@ def _mla(cfg: Mapping[str, Any]) -> MlaSpec | None:
     if cfg.get("kv_lora_rank") is None:
         return None
     return MlaSpec(
-        kv_lora_rank=_int(cfg, "kv_lora_rank"),
-        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim"),
-        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim"),
-        v_head_dim=_int(cfg, "v_head_dim"),
+        kv_lora_rank=cf.int_field(cfg, "kv_lora_rank"),
+        qk_rope_head_dim=cf.int_field(cfg, "qk_rope_head_dim"),
+        qk_nope_head_dim=cf.int_field(cfg, "qk_nope_head_dim"),
+        v_head_dim=cf.int_field(cfg, "v_head_dim"),
         q_lora_rank=int(cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None,
     )
-
-
-def _sliding(cfg: Mapping[str, Any], model_type: str, layers: int) -> dict[str, Any]:
-    window = cfg.get("sliding_window")
-    types = cfg.get("layer_types")
-    if not isinstance(window, int) or window <= 0 or cfg.get("use_sliding_window") is False:
-        return {"sliding_window": None, "sliding_layers": ()}
-    if isinstance(types, list) and len(types) == layers:
-        flags = tuple(t == "sliding_attention" for t in types)
-    elif model_type == "gemma2":
-        flags = tuple(i % 2 == 0 for i in range(layers))
-    elif model_type in ("gemma3", "gemma3_text"):
-        pattern = int(cfg.get("sliding_window_pattern", 6))
-        flags = tuple((i + 1) % pattern != 0 for i in range(layers))
-    elif cfg.get("use_sliding_window") is True:
-        first = int(cfg.get("max_window_layers", 0))
-        flags = tuple(i >= first for i in range(layers))
-    else:
-        flags = (True,) * layers
-    return {"sliding_window": window if any(flags) else None, "sliding_layers": flags}
