@@ -32,14 +32,13 @@ def seal(token: str) -> str:
     return _fernet().encrypt(token.encode()).decode() if token else ""
 
 
-def unseal(sealed: str, *, deployment_id: int | None = None) -> str:
+def unseal(sealed: str, *, deployment_id: int | None = None, what: str = "") -> str:
     """The token, or "" when there is none or it cannot be opened (SECRET_KEY changed)."""
     if not sealed:
         return ""
     try:
         return _fernet().decrypt(sealed.encode()).decode()
     except InvalidToken:
-        log.warning(
-            "deployment %s: its Hub token cannot be opened (SECRET_KEY changed?)", deployment_id
-        )
+        owner = what or f"deployment {deployment_id}'s Hub token"
+        log.warning("%s cannot be opened (SECRET_KEY changed?)", owner)
         return ""

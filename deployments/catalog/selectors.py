@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from deployments import planning
+from deployments import planning, sealed
 from deployments.catalog import local
 from deployments.catalog.hub import HubClient, ModelCard, ModelSummary, SearchPage
 from deployments.catalog.hubaccess import hub_client
@@ -108,8 +108,21 @@ def local_card(model: local.LocalModel) -> CatalogCard:
 # -- catalog reads ----------------------------------------------------------------------------
 
 
+def session_hub_token(session: Any) -> str | None:
+    """The Hub token the user set on the Models page: sealed in their session (the session row
+    is signed, not encrypted), opened only to make a Hub call or to seal it into a launch."""
+    return sealed.unseal(session.get(SESSION_TOKEN_KEY, ""), what="a session's Hub token") or None
+
+
+def keep_session_hub_token(session: Any, token: str | None) -> None:
+    if token:
+        session[SESSION_TOKEN_KEY] = sealed.seal(token)
+    else:
+        session.pop(SESSION_TOKEN_KEY, None)
+
+
 def client_for(session: Any) -> HubClient:
-    return hub_client(token=session.get(SESSION_TOKEN_KEY) or None)
+    return hub_client(token=session_hub_token(session))
 
 
 def search_models(client: HubClient, filters: dict[str, Any]) -> SearchPage:

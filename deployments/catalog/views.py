@@ -156,13 +156,13 @@ def models_results(request: HttpRequest) -> HttpResponse:
 def hub_token(request: HttpRequest) -> HttpResponse:
     token = request.POST.get("token", "").strip()
     if request.POST.get("action") == "clear" or not token:
-        request.session.pop(sel.SESSION_TOKEN_KEY, None)
+        sel.keep_session_hub_token(request.session, None)
         messages.success(request, "Your Hub token is forgotten; the server's token is used.")
     elif len(token) > 200 or any(c.isspace() for c in token):
         messages.error(request, "That does not look like a Hub token (no spaces, ≤ 200 chars).")
     else:
-        request.session[sel.SESSION_TOKEN_KEY] = token
-        messages.success(request, "Hub token kept in your session until you log out.")
+        sel.keep_session_hub_token(request.session, token)
+        messages.success(request, "Hub token kept in your session, encrypted, until you log out.")
     return redirect("models")
 
 

@@ -10,7 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
-from deployments.catalog.selectors import SESSION_TOKEN_KEY
+from deployments.catalog.selectors import session_hub_token
 from deployments.host import supervisor as sv
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle import selectors, services
@@ -20,7 +20,7 @@ from deployments.models import Deployment
 
 def _session_hub_token(request: HttpRequest) -> str | None:
     """The Hub token the user set on the Models page (kept in their session only)."""
-    return request.session.get(SESSION_TOKEN_KEY) or None
+    return session_hub_token(request.session)
 
 
 @role_required(Role.VIEWER)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.sessions.models import Session
 from django.test import Client
 
 from controlpanel.models import AuditEvent
@@ -55,6 +56,9 @@ def test_user_token_kept_in_session_only(
     assert TOKEN not in html
     assert TOKEN not in caplog.text
     assert not any(TOKEN in str(row.__dict__) for row in AuditEvent.objects.all())
+    # The session row is signed, not encrypted: it holds the token sealed, never as written.
+    stored = Session.objects.get(session_key=client.session.session_key)
+    assert TOKEN not in stored.session_data and TOKEN not in str(stored.get_decoded())
     client.post("/models/token/", {"action": "clear"})
     assert "catalog_hub_token" not in client.session
 
