@@ -6,6 +6,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from controlpanel import views
+from controlpanel.login_throttle import ThrottledAuthenticationForm
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -16,7 +17,11 @@ urlpatterns = [
         login_not_required(RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     ),
     path("hosts/<str:name>/retire/", views.host_retire_view, name="host_retire"),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(authentication_form=ThrottledAuthenticationForm),
+        name="login",
+    ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("", include("monitoring.urls")),

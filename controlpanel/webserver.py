@@ -1,6 +1,7 @@
 """The web server: uvicorn, with the options Shardboard is measured and tested with.
 
     python -m controlpanel.webserver   # SHARDBOARD_BIND, SHARDBOARD_PORT, SHARDBOARD_WEB_WORKERS,
+                                       # SHARDBOARD_TRUSTED_PROXIES,
                                        # LOG_LEVEL (INFO: one access line per request)
 
 uvicorn rather than daphne: a sooner first byte and less CPU per relayed chunk and per
@@ -73,8 +74,16 @@ OPTIONS: dict[str, Any] = {
 }
 
 
+def proxy_options() -> dict[str, Any]:
+    """X-Forwarded-For / -Proto are believed only from SHARDBOARD_TRUSTED_PROXIES (addresses or
+    networks, comma-separated; default none). uvicorn's own default trusts 127.0.0.1, which on a
+    GPU host lets anyone with a shell there forge the "from where" of the audit trail."""
+    trusted = env.env_list("SHARDBOARD_TRUSTED_PROXIES", "")
+    return {"proxy_headers": bool(trusted), "forwarded_allow_ips": ",".join(trusted) or None}
+
+
 def config(app: Any, **overrides: Any) -> uvicorn.Config:
-    return uvicorn.Config(app, **{**OPTIONS, **overrides})
+    return uvicorn.Config(app, **{**OPTIONS, **proxy_options(), **overrides})
 
 
 def listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
