@@ -153,6 +153,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.env_int("CELERY_TASK_SOFT_TIME_LIMIT", 3300, l
 CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 60
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A host worker watches the engines it started: it must outlive any Redis outage, not exit
+# after Celery's default of 100 reconnection attempts and leave them unwatched.
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 4 * 3600}
 
 SHARDBOARD_HOST_NAME = env.env_str("SHARDBOARD_HOST_NAME", socket.gethostname())
