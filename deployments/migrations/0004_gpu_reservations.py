@@ -4,32 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0003_restarts_and_hub_token'),
-        ('monitoring', '0002_host_retired_at'),
+        ("deployments", "0003_restarts_and_hub_token"),
+        ("monitoring", "0002_host_retired_at"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='gpulease',
-            name='gpu_one_active_lease',
+            model_name="gpulease",
+            name="gpu_one_active_lease",
         ),
         migrations.AlterField(
-            model_name='gpulease',
-            name='memory_bytes',
-            field=models.BigIntegerField(default=0, help_text='bytes reserved on this GPU'),
+            model_name="gpulease",
+            name="memory_bytes",
+            field=models.BigIntegerField(default=0, help_text="bytes reserved on this GPU"),
         ),
         migrations.AddIndex(
-            model_name='gpulease',
-            index=models.Index(condition=models.Q(('active', True)), fields=['gpu'], name='gpu_lease_active_gpu'),
+            model_name="gpulease",
+            index=models.Index(
+                condition=models.Q(("active", True)), fields=["gpu"], name="gpu_lease_active_gpu"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='gpulease',
-            constraint=models.CheckConstraint(condition=models.Q(('memory_bytes__gte', 0)), name='gpu_lease_memory_not_negative'),
+            model_name="gpulease",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("memory_bytes__gte", 0)), name="gpu_lease_memory_not_negative"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='gpulease',
-            constraint=models.UniqueConstraint(condition=models.Q(('active', True)), fields=('deployment', 'gpu'), name='gpu_lease_one_active_per_deployment'),
+            model_name="gpulease",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("active", True)),
+                fields=("deployment", "gpu"),
+                name="gpu_lease_one_active_per_deployment",
+            ),
         ),
     ]

@@ -287,7 +287,7 @@ def _unplaced(
     s = resolve(spec, req, total, probe.name if probe else "")
     layout = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=[total] * (tp * pp))
     shared = sharing.unplaced_reason(inv, usable, s.gpu_memory_utilization)
-    reasons = (why, *((shared,) if shared else ()), *layout.reasons)
+    reasons = (*((shared,) if shared else ()), why, *layout.reasons)
     command = serve_argv(req, s, tp=tp, pp=pp, max_model_len=layout.max_model_len, multi_host=False)
     return Plan(
         tp,
