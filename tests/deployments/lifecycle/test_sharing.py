@@ -127,3 +127,39 @@ def test_a_reservation_that_no_longer_fits_is_refused_with_the_figures(
     assert "GiB free of 24 GiB after other deployments' reservations" in message
     assert "needs 22.1 GiB there" in message
     assert not GpuLease.objects.filter(deployment__name="late").exists()
+
+
+def test_the_deployment_page_shows_each_deployments_share(two_gpu_host, operator, client) -> None:
+    first = launch(operator, "chat-a", concurrency=4)
+    second = launch(operator, "chat-b", gpu_memory_utilization=0.5)
+    client.force_login(operator)
+    page = client.get(f"/deployments/{first.pk}/").content.decode()
+    assert 'id="gpu-shares"' in page
+    mine, theirs = first.leases.get().memory_bytes, second.leases.get().memory_bytes
+    left = 24 * GIB - mine - theirs
+    assert (
+        f"GPU 0 (24.00 GiB): this deployment reserves {mine / GIB:,.2f} GiB; chat-b "
+        f"{theirs / GIB:,.2f} GiB; {left / GIB:,.2f} GiB unreserved." in page
+    )
+    assert f'href="/deployments/{second.pk}/"' in page
+
+
+def test_measured_shares_follow_monitorings_attribution() -> None:
+    from deployments.lifecycle.shares import measured_by_owner
+    from monitoring.gpus.base import GpuProcess, HostSample, failed_sample
+
+    gpu = failed_sample(0, "GPU-0", lost=False, error="")
+    gpu = type(gpu)(
+        **{
+            **{f: getattr(gpu, f) for f in gpu.__slots__},
+            "processes": (
+                GpuProcess(10, 3 * GIB, "vllm"),
+                GpuProcess(11, GIB, "vllm-worker"),
+                GpuProcess(20, 5 * GIB, "vllm"),
+                GpuProcess(30, 2 * GIB, "jupyter"),  # nobody's deployment
+            ),
+        }
+    )
+    owners = {"10": "chat-a", "11": "chat-a", "20": "chat-b"}
+    split = measured_by_owner(HostSample(0, (gpu,)), owners)
+    assert split == {0: {"chat-a": 4 * GIB, "chat-b": 5 * GIB}}
