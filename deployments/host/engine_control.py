@@ -139,9 +139,11 @@ def _attach_simulated(d: Deployment) -> None:
     if backend is None or not hasattr(backend, "attach"):
         return
     leases = list(d.leases.filter(active=True).select_related("gpu"))
-    per_gpu = max((lease.memory_bytes for lease in leases), default=0)
+    shares = {lease.gpu.index: lease.memory_bytes for lease in leases}
     try:
-        backend.attach(d.pid, [lease.gpu.index for lease in leases], per_gpu, name=d.name)
+        backend.attach(
+            d.pid, list(shares), max(shares.values(), default=0), name=d.name, memory_by_gpu=shares
+        )
     except Exception as exc:
         log.warning("could not show deployment %s on the simulated GPUs: %s", d.pk, exc)
 
