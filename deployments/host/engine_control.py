@@ -43,7 +43,7 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         tensor_parallel_size=1 if simulated else plan.get("tensor_parallel_size", 1),
         pipeline_parallel_size=1 if simulated else plan.get("pipeline_parallel_size", 1),
         gpu_indices=() if simulated else indices,
-        gpu_memory_utilization=request.get("gpu_memory_utilization"),
+        gpu_memory_utilization=_utilization(d, request),
         max_model_len=None if d.engine == Engine.TRANSFORMERS else plan.get("max_model_len"),
         max_num_seqs=request.get("max_num_seqs"),
         dtype=None if request.get("dtype", "auto") == "auto" else request["dtype"],
@@ -57,6 +57,18 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         hf_token=None if _is_local(d) else _hub_token(d),
         owner=engine_owner(),
     )
+
+
+def _utilization(d: Deployment, request: dict[str, Any]) -> float | None:
+    """vLLM claims the share the launch reserved (the plan's, sized for a stated load), not
+    its default; transformers serve has no such setting."""
+    if d.engine != Engine.VLLM:
+        return request.get("gpu_memory_utilization")
+    command = list(d.plan.get("command") or [])
+    flag = "--gpu-memory-utilization"
+    if flag in command[:-1]:
+        return float(command[command.index(flag) + 1])
+    return request.get("gpu_memory_utilization")
 
 
 def _is_local(d: Deployment) -> bool:

@@ -163,3 +163,25 @@ def test_measured_shares_follow_monitorings_attribution() -> None:
     owners = {"10": "chat-a", "11": "chat-a", "20": "chat-b"}
     split = measured_by_owner(HostSample(0, (gpu,)), owners)
     assert split == {0: {"chat-a": 4 * GIB, "chat-b": 5 * GIB}}
+
+
+def test_vllm_claims_the_share_that_was_reserved(operator, model_root) -> None:
+    from deployments.host.engine_control import launch_spec
+
+    host = Host.objects.create(
+        name="gpuhost", queue="host.gpuhost", backend="nvml", last_heartbeat=timezone.now()
+    )
+    Gpu.objects.create(host=host, index=0, uuid="GPU-g0", name="L4", memory_total_bytes=24 * GIB)
+    request = LaunchRequest(
+        name="sized",
+        model_ref="local:0/tiny",
+        host_name="gpuhost",
+        engine="vllm",
+        plan_request=planning.PlanRequest(concurrency=4),
+    )
+    d = deployment_create(user=operator, request=request)
+    spec = launch_spec(d, 8000)
+    assert spec.gpu_memory_utilization is not None and spec.gpu_memory_utilization < 0.1
+    assert d.leases.get().memory_bytes == pytest.approx(
+        spec.gpu_memory_utilization * 24 * GIB, abs=1
+    )
