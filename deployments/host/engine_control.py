@@ -11,7 +11,7 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
-from deployments.host import diagnosis, restart_policy, transitions
+from deployments.host import diagnosis, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
@@ -101,6 +101,8 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
 
     Each restart logs to a file of its own, so the log of the engine that died is kept.
     """
+    if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
+        return {"skipped": "ended while waiting for its turn on a shared GPU"}
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
         command = get_adapter(d.engine).build(launch_spec(d, port))
