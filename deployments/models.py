@@ -151,20 +151,33 @@ class DeploymentEvent(models.Model):
 
 
 class GpuLease(models.Model):
-    """A deployment holds a GPU. One active lease per GPU, enforced by the database."""
+    """A deployment's reservation of ``memory_bytes`` on a GPU.
+
+    Several deployments may share a GPU while their active reservations fit into its total;
+    the launch service checks that sum with the GPU rows locked (lifecycle.services), which a
+    row constraint cannot express.
+    """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="leases")
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="leases")
-    memory_bytes = models.BigIntegerField(default=0, help_text="planned memory on this GPU")
+    memory_bytes = models.BigIntegerField(default=0, help_text="bytes reserved on this GPU")
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
+            models.CheckConstraint(
+                condition=Q(memory_bytes__gte=0), name="gpu_lease_memory_not_negative"
+            ),
             models.UniqueConstraint(
-                fields=["gpu"], condition=Q(active=True), name="gpu_one_active_lease"
-            )
+                fields=["deployment", "gpu"],
+                condition=Q(active=True),
+                name="gpu_lease_one_active_per_deployment",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["gpu"], condition=Q(active=True), name="gpu_lease_active_gpu")
         ]
 
     def __str__(self) -> str:

@@ -36,7 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--block-size", dest="block_size", type=int)
     parser.add_argument("--vllm-version", dest="vllm_version", default="0.33.0")
     parser.add_argument(
-        "--concurrency", type=int, help="full-length requests one replica must hold at once"
+        "--concurrency",
+        type=int,
+        help="full-length requests one replica must hold at once; sizes the GPU share "
+        "(--gpu-memory-utilization) to that load",
     )
     parser.add_argument(
         "--goal",
@@ -52,12 +55,13 @@ def run_plan(options: Mapping[str, Any]) -> str:
     try:
         spec = load_model(str(options["model"]))
         inventory = load_inventory(options.get("gpus"))
-        result = planning.plan(spec, inventory, request_from(options))
+        request = request_from(options)
+        result = planning.plan(spec, inventory, request)
     except (planning.PlanningError, ModelFilesError) as exc:
         raise PlanCliError(one_line(str(exc))) from None
     if options.get("json"):
         return json.dumps(planning.result_to_json(result), indent=2)
-    return render(result)
+    return render(result, inventory, request)
 
 
 def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
@@ -125,11 +129,19 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def render(result: planning.PlanResult) -> str:
-    """Human output: per-GPU table and command of the first plan, then every other layout."""
+def render(
+    result: planning.PlanResult,
+    inventory: planning.Inventory | None = None,
+    request: planning.PlanRequest | None = None,
+) -> str:
+    """Human output: per-GPU table and command of the first plan, what it reserves of each
+    GPU (given the inventory), then every other layout."""
     if not result.plans:
         return "No layout to plan: the inventory has no GPUs."
     lines = _plan_block(result.plans[0])
+    if inventory is not None:
+        shares = planning.share_lines(result.plans[0], inventory, request or planning.PlanRequest())
+        lines += [f"share: {line}" for line in shares]
     if result.reason:
         lines.append(f"why: {result.reason}")
     offer = result.clip_offer

@@ -42,6 +42,7 @@ class HostChoice:
 
     @property
     def label(self) -> str:
+        # "free": no reservation at all; a partly reserved GPU still takes right-sized shares
         state = f"{self.free_gpus} of {self.gpus} GPUs free" if self.online else "offline"
         sim = ", simulated" if self.host.simulated else ""
         return f"{self.host.name} ({state}{sim})"
@@ -51,13 +52,13 @@ def host_choices() -> list[HostChoice]:
     """Hosts in service: online ones first, the most free GPUs first."""
     now = timezone.now()
     hosts = list(Host.objects.in_service().prefetch_related("gpus"))
-    leased = set(
+    reserved = set(
         GpuLease.objects.filter(active=True, gpu__host__in=hosts).values_list("gpu_id", flat=True)
     )
     choices = []
     for host in hosts:
         present = [g for g in host.gpus.all() if g.present]
-        free = sum(1 for g in present if g.pk not in leased)
+        free = sum(1 for g in present if g.pk not in reserved)
         choices.append(HostChoice(host, host.is_online(now), len(present), free))
     return sorted(choices, key=lambda c: (not c.online, -c.free_gpus, c.host.name))
 
@@ -112,7 +113,8 @@ def plan_panel(
     """The plan panel's JSON and whether some plan fits."""
     started = time.perf_counter()
     req.validate()
-    result = planning.plan(spec, target.inventory(), req)
+    inventory = target.inventory()
+    result = planning.plan(spec, inventory, req)
     chosen = chosen_plan(result, req)
     ok = chosen is not None and chosen.fits
     payload: dict[str, Any] = {
@@ -136,6 +138,7 @@ def plan_panel(
         payload["error"] = f"{target.label} has no free GPU to plan on."
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
+        payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)
     payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)
@@ -282,4 +285,6 @@ def launch_fields(
         "quantization": text(req.quantization),
         "kv_cache_dtype": req.kv_cache_dtype,
         "gpu_memory_utilization": text(req.gpu_memory_utilization),
+        # the stated load: the launch sizes its share of each GPU again, on what is free then
+        "concurrency": text(req.concurrency),
     }

@@ -1,12 +1,21 @@
-"""The planner's inventory, read from registered hosts, their latest samples and active leases."""
+"""The planner's inventory, read from registered hosts, their latest samples and active
+reservations.
+
+A GPU's free memory for the planner is what neither other deployments' reservations nor
+anything outside Shardboard (the driver, a stray process) holds, and never more than its latest
+sample shows free: a reservation whose engine has not allocated yet is counted, and so is an
+engine that holds more than it reserved.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
+from django.db.models import Sum
 
 from deployments import planning
 from deployments.models import GpuLease
@@ -14,6 +23,14 @@ from monitoring import selectors as monitoring_selectors
 from monitoring.models import Host
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One GPU in the latest sample: free bytes, and bytes used by no deployment's engine."""
+
+    free_bytes: int
+    outside_bytes: int
 
 
 def link_label(link: dict[str, Any]) -> str:
@@ -25,41 +42,61 @@ def host_links(host: Host) -> dict[tuple[int, int], str]:
     return {(int(lk["a"]), int(lk["b"])): link_label(lk) for lk in host.topology or []}
 
 
-def free_bytes_by_gpu(host: Host) -> dict[int, int]:
-    """Free memory per GPU index from the latest sample; empty when Redis has none."""
+def measured_by_gpu(host: Host) -> dict[int, Measured]:
+    """Per GPU index, from the latest sample; empty when Redis has none."""
     try:
         sample = monitoring_selectors.latest_sample(host.name)
+        owners = monitoring_selectors.stored_owners(host.name) if sample else {}
     except redis.RedisError as exc:
         log.warning("no live free-memory figures for %s: %s", host.name, exc)
         return {}
     if sample is None:
         return {}
-    return {g.index: g.memory_free_bytes for g in sample.gpus if g.memory_free_bytes is not None}
+    out = {}
+    for g in sample.gpus:
+        if g.memory_free_bytes is None:
+            continue
+        owned = sum(p.used_memory_bytes or 0 for p in g.processes if str(p.pid) in owners)
+        outside = max((g.memory_used_bytes or 0) - owned, 0)
+        out[g.index] = Measured(g.memory_free_bytes, outside)
+    return out
 
 
-def busy_gpu_ids(gpu_ids: Iterable[int]) -> set[int]:
-    return set(
-        GpuLease.objects.filter(gpu_id__in=list(gpu_ids), active=True).values_list(
-            "gpu_id", flat=True
-        )
+def free_bytes_by_gpu(host: Host) -> dict[int, int]:
+    """Free memory per GPU index from the latest sample; empty when Redis has none."""
+    return {index: m.free_bytes for index, m in measured_by_gpu(host).items()}
+
+
+def reserved_bytes(gpu_ids: Iterable[int]) -> dict[int, int]:
+    """Bytes of the active reservations on each GPU (by primary key)."""
+    rows = (
+        GpuLease.objects.filter(gpu_id__in=list(gpu_ids), active=True)
+        .values("gpu_id")
+        .annotate(total=Sum("memory_bytes"))
     )
+    return {int(r["gpu_id"]): int(r["total"] or 0) for r in rows}
 
 
 def planner_host(host: Host, *, only_indices: set[int] | None = None) -> planning.Host:
     gpus = [g for g in host.gpus.all() if g.present]
-    busy = busy_gpu_ids(g.pk for g in gpus)
-    free = free_bytes_by_gpu(host)
-    planned = tuple(
-        planning.Gpu(
-            index=g.index,
-            name=g.name,
-            total_bytes=g.memory_total_bytes,
-            free_bytes=free.get(g.index, g.memory_total_bytes),
-            busy=g.pk in busy or (only_indices is not None and g.index not in only_indices),
+    reserved = reserved_bytes(g.pk for g in gpus)
+    measured = measured_by_gpu(host)
+    planned = []
+    for g in gpus:
+        free = g.memory_total_bytes - reserved.get(g.pk, 0)
+        sample = measured.get(g.index)
+        if sample is not None:
+            free = min(free - sample.outside_bytes, sample.free_bytes)
+        planned.append(
+            planning.Gpu(
+                index=g.index,
+                name=g.name,
+                total_bytes=g.memory_total_bytes,
+                free_bytes=max(free, 0),
+                busy=only_indices is not None and g.index not in only_indices,
+            )
         )
-        for g in gpus
-    )
-    return planning.Host(host.name, planned, host_links(host))
+    return planning.Host(host.name, tuple(planned), host_links(host))
 
 
 def host_inventory(host: Host, *, only_indices: set[int] | None = None) -> planning.Inventory:

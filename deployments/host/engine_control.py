@@ -11,7 +11,7 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
-from deployments.host import diagnosis, restart_policy, transitions
+from deployments.host import diagnosis, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
@@ -43,7 +43,7 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         tensor_parallel_size=1 if simulated else plan.get("tensor_parallel_size", 1),
         pipeline_parallel_size=1 if simulated else plan.get("pipeline_parallel_size", 1),
         gpu_indices=() if simulated else indices,
-        gpu_memory_utilization=request.get("gpu_memory_utilization"),
+        gpu_memory_utilization=_utilization(d, request),
         max_model_len=None if d.engine == Engine.TRANSFORMERS else plan.get("max_model_len"),
         max_num_seqs=request.get("max_num_seqs"),
         dtype=None if request.get("dtype", "auto") == "auto" else request["dtype"],
@@ -57,6 +57,18 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         hf_token=None if _is_local(d) else _hub_token(d),
         owner=engine_owner(),
     )
+
+
+def _utilization(d: Deployment, request: dict[str, Any]) -> float | None:
+    """vLLM claims the share the launch reserved (the plan's, sized for a stated load), not
+    its default; transformers serve has no such setting."""
+    if d.engine != Engine.VLLM:
+        return request.get("gpu_memory_utilization")
+    command = list(d.plan.get("command") or [])
+    flag = "--gpu-memory-utilization"
+    if flag in command[:-1]:
+        return float(command[command.index(flag) + 1])
+    return request.get("gpu_memory_utilization")
 
 
 def _is_local(d: Deployment) -> bool:
@@ -89,6 +101,8 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
 
     Each restart logs to a file of its own, so the log of the engine that died is kept.
     """
+    if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
+        return {"skipped": "ended while waiting for its turn on a shared GPU"}
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
         command = get_adapter(d.engine).build(launch_spec(d, port))
@@ -139,9 +153,11 @@ def _attach_simulated(d: Deployment) -> None:
     if backend is None or not hasattr(backend, "attach"):
         return
     leases = list(d.leases.filter(active=True).select_related("gpu"))
-    per_gpu = max((lease.memory_bytes for lease in leases), default=0)
+    shares = {lease.gpu.index: lease.memory_bytes for lease in leases}
     try:
-        backend.attach(d.pid, [lease.gpu.index for lease in leases], per_gpu, name=d.name)
+        backend.attach(
+            d.pid, list(shares), max(shares.values(), default=0), name=d.name, memory_by_gpu=shares
+        )
     except Exception as exc:
         log.warning("could not show deployment %s on the simulated GPUs: %s", d.pk, exc)
 

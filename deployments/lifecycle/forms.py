@@ -38,6 +38,13 @@ class LaunchForm(forms.Form):
         choices=[(v, v) for v in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")], initial="auto"
     )
     gpu_memory_utilization = forms.FloatField(min_value=0.05, max_value=1.0, required=False)
+    concurrency = forms.IntegerField(
+        min_value=1,
+        max_value=100_000,
+        required=False,
+        label="Full-length requests at once",
+        help_text="sizes this deployment's share of each GPU; blank: 92 % of each GPU",
+    )
     auto_restart = forms.ChoiceField(
         choices=[("", "Server default"), ("on", "On"), ("off", "Off")],
         required=False,
@@ -70,6 +77,7 @@ class LaunchForm(forms.Form):
                 quantization=data["quantization"] or None,
                 kv_cache_dtype=data["kv_cache_dtype"],
                 gpu_memory_utilization=data["gpu_memory_utilization"],
+                concurrency=data["concurrency"],
             ),
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
         )

@@ -11,6 +11,7 @@ from django.http import QueryDict
 from controlpanel.models import AuditEvent
 from deployments.catalog.selectors import concurrency_text
 from deployments.lifecycle.planned_vs_measured import memory_table
+from deployments.lifecycle.shares import share_table
 from deployments.models import Deployment, Status
 from monitoring.models import Host
 
@@ -57,6 +58,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "leases": deployment.leases.select_related("gpu"),
         "planned": planned_memory(deployment),
         "memory": memory_table(deployment),
+        "shares": share_table(deployment),
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,
         "plan_figures": plan_figures(deployment.plan),

@@ -19,10 +19,14 @@ from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
 from deployments import events, planning, sealed
-from deployments.catalog.registered import host_inventory
+from deployments.catalog.registered import host_inventory, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
+from deployments.planning.units import GIB
 from monitoring.models import Gpu, Host
+
+# A launch that lost the race for a GPU's memory plans again on what is left, this often.
+RESERVE_ATTEMPTS = 3
 
 
 class DeploymentError(Exception):
@@ -78,6 +82,13 @@ def choose_plan(
     best = result.plans[0]
     if not best.fits:
         raise DeploymentError("This plan does not fit: " + "; ".join(best.reasons))
+    wanted = plan_request.concurrency
+    if wanted is not None and best.max_concurrency < wanted and not best.context_clipped:
+        raise DeploymentError(
+            f"The free memory of {host.name} holds {best.max_concurrency:.1f} requests of "
+            f"{best.max_model_len:,} tokens at once, not the {wanted} asked for: "
+            + " ".join(planning.share_lines(best, inventory, plan_request))
+        )
     return best, spec
 
 
@@ -94,25 +105,43 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
     return request.engine
 
 
-def _lease(deployment: Deployment, host: Host, plan: planning.Plan) -> None:
-    replica = plan.gpus[0]
-    gpus = {g.index: g for g in Gpu.objects.filter(host=host, index__in=[r.index for r in replica])}
-    try:
-        with transaction.atomic():
-            for ref, mem in zip(replica, plan.per_gpu, strict=True):
-                GpuLease.objects.create(
-                    deployment=deployment, gpu=gpus[ref.index], memory_bytes=mem.total_bytes
-                )
-    except IntegrityError:
-        taken = sorted(
-            GpuLease.objects.filter(gpu__in=gpus.values(), active=True).values_list(
-                "gpu__index", flat=True
-            )
-        )
-        raise DeploymentError(
-            f"GPU {', '.join(map(str, taken)) or '?'} on {host.name} was just leased by another "
-            "deployment. Plan again to pick free GPUs."
-        ) from None
+class ReservationConflict(DeploymentError):
+    """Another launch reserved the memory this plan counted on, after it was made."""
+
+
+def _reserve(deployment: Deployment, host: Host, plan: planning.Plan) -> None:
+    """Reserve the plan's bytes on each GPU of its replica, or refuse if they no longer fit.
+
+    The GPU rows are locked in primary-key order (no deadlock between launches sharing GPUs)
+    before the active reservations are summed, so a concurrent launch waits for this
+    transaction and then sees its reservations: no interleaving over-commits a GPU. SQLite
+    takes its one write lock at the transaction's first statement (IMMEDIATE), which does
+    the same.
+    """
+    wanted = {
+        ref.index: mem.total_bytes for ref, mem in zip(plan.gpus[0], plan.per_gpu, strict=True)
+    }
+    gpus = list(Gpu.objects.select_for_update().filter(host=host, index__in=wanted).order_by("pk"))
+    if len(gpus) != len(wanted):
+        raise DeploymentError(f"A GPU of this plan is no longer registered on {host.name}.")
+    held = reserved_bytes(g.pk for g in gpus)
+    for gpu in gpus:
+        others = held.get(gpu.pk, 0)
+        if others + wanted[gpu.index] > gpu.memory_total_bytes:
+            raise ReservationConflict(_over_message(host, gpu, others, wanted[gpu.index]))
+    GpuLease.objects.bulk_create(
+        GpuLease(deployment=deployment, gpu=gpu, memory_bytes=wanted[gpu.index]) for gpu in gpus
+    )
+
+
+def _over_message(host: Host, gpu: Gpu, others: int, wanted: int) -> str:
+    free = max(gpu.memory_total_bytes - others, 0)
+    return (
+        f"GPU {gpu.index} on {host.name} has {free / GIB:.1f} GiB free of "
+        f"{gpu.memory_total_bytes / GIB:.0f} GiB after other deployments' reservations; this "
+        f"deployment needs {wanted / GIB:.1f} GiB there. Other launches took the memory first: "
+        "plan again, on other GPUs or with a smaller load."
+    )
 
 
 def _check_name(name: str) -> str:
@@ -141,7 +170,6 @@ def deployment_create(
         raise DeploymentError(str(exc)) from exc
     engine = _engine_for(request, host, source)
     hub_token = None if source.is_local else (hub_token or "").strip() or None
-    plan, _ = choose_plan(source, host, request, hub_token)
     overrides = {
         k: v
         for k, v in asdict(request.plan_request).items()
@@ -151,7 +179,14 @@ def deployment_create(
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
     options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
-    return _create(user, name, host, source, engine, plan, options, http_request)
+    for attempt in range(RESERVE_ATTEMPTS):
+        plan, _ = choose_plan(source, host, request, hub_token)
+        try:
+            return _create(user, name, host, source, engine, plan, options, http_request)
+        except ReservationConflict:
+            if attempt == RESERVE_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 @transaction.atomic
@@ -181,7 +216,7 @@ def _create(
             )
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
-    _lease(deployment, host, plan)
+    _reserve(deployment, host, plan)
     key = deployment.engine_api_key()
     deployment.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
     deployment.save(update_fields=["api_key_hash"])
@@ -198,6 +233,7 @@ def _create(
             "engine": engine,
             "host": host.name,
             "gpus": [g["index"] for g in snapshot["gpus"][0]],
+            "reserved_bytes": [g["total_bytes"] for g in snapshot["per_gpu"]],
             "planned_command": snapshot["command"],
             "tensor_parallel_size": plan.tensor_parallel_size,
             "pipeline_parallel_size": plan.pipeline_parallel_size,

@@ -11,6 +11,8 @@ values in. The entry points, each documented where it is defined:
   its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
 - ``estimate_layout``: one TP × PP layout on identical GPUs, without an inventory.
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
+- ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
+  with a load stated (``PlanRequest.concurrency``, ``sizes_share``) the utilization is sized.
 - ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
   ``InventorySpecError`` are its kinds.
 
@@ -25,6 +27,7 @@ from .plans import GpuRef, Plan, PlanResult
 from .request import GOALS, PlanRequest, Settings, resolve
 from .result import plan_details, plan_to_json, result_to_json
 from .search import plan
+from .sharing import share_lines, sizes_share
 from .spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
 from .versions import DEFAULT_VLLM_VERSION
 
@@ -73,4 +76,6 @@ __all__ = [
     "plan_details",
     "plan_to_json",
     "result_to_json",
+    "share_lines",
+    "sizes_share",
 ]

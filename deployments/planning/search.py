@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from . import choice
+from . import choice, sharing
 from .argv import serve_argv
 from .checks import layout_errors
 from .errors import PlanningError
@@ -145,8 +145,8 @@ def _next_round(steps: dict[int, Iterator[int]]) -> list[tuple[int, int]]:
 def _stage_counts(s: _Search, tp: int) -> list[int]:
     """1, then from the fewest stages whose memory could hold the weights, up to the layers."""
     top = min(s.usable_count // tp, s.spec.num_layers)
-    if top < 1:
-        return []
+    if top < 1:  # one row says why, when other deployments hold part of an idle GPU
+        return [1] if tp == 1 and sharing.left_out(s.inv, s.usable) else []
     probe = next(g for gpus in s.usable.values() for g in gpus)
     settings = resolve(s.spec, s.req, probe.total_bytes, probe.name)
     if layout_errors(s.spec, tp, 1, settings):
@@ -164,8 +164,9 @@ def _usable(
 ) -> dict[str, list[Gpu]]:
     out: dict[str, list[Gpu]] = {}
     for host in inv.hosts:
-        gpus = [g for g in host.gpus if not g.busy]
-        out[host.name] = [g for g in gpus if g.free_bytes >= _budget(spec, req, g, budgets)]
+        out[host.name] = [
+            g for g in host.gpus if sharing.can_start(g, _budget(spec, req, g, budgets), req)
+        ]
     return out
 
 
@@ -198,27 +199,30 @@ def _plan_layout(
     if not placed:
         return _unplaced(spec, inv, req, usable, tp, pp)
     judged = _judge_replicas(spec, req, tp, pp, placed)
-    fitting = [(r, lay) for r, lay, _ in judged if lay.fits]
-    replica, layout, s = next(((r, lay, st) for r, lay, st in judged if lay.fits), judged[0])
-    chosen = [replica] + [r for r, _ in fitting if r is not replica]
+    fitting = [j for j in judged if j[1].fits]
+    replica, layout, s = max(fitting, key=lambda j: sharing.serves(j[1], req), default=judged[0])
+    chosen = [replica] + [r for r, _, _ in fitting if r is not replica]
     return _finish(inv, req, s, layout, chosen if fitting else [replica])
 
 
 def _judge_replicas(
     spec: ModelSpec, req: PlanRequest, tp: int, pp: int, placed: list[Replica]
 ) -> list[tuple[Replica, LayoutMemory, Settings]]:
-    """Each replica judged on its own GPUs (identical GPU sizes are judged once)."""
-    seen: dict[tuple[tuple[int, ...], bool, str], tuple[LayoutMemory, Settings]] = {}
+    """Each replica judged on its own GPUs (GPUs alike in size and free memory are judged
+    once); a share sized for a stated load is sized on the replica's own free memory."""
+    seen: dict[tuple[tuple[tuple[int, int], ...], bool, str], tuple[LayoutMemory, Settings]] = {}
     out = []
     for replica in placed:
         gpus = [gpu for _, gpu in replica.gpus]
         nvlink = all(g.quality == 0 for g in replica.stages)
         smallest = min(gpus, key=lambda g: g.total_bytes)
-        key = (tuple(g.total_bytes for g in gpus), nvlink, smallest.name)
+        key = (tuple((g.total_bytes, g.free_bytes) for g in gpus), nvlink, smallest.name)
         if key not in seen:
             s = resolve(spec, req, smallest.total_bytes, smallest.name)
+            s = sharing.sized(spec, req, s, tp=tp, pp=pp, gpus=gpus, nvlink=nvlink)
             totals = [g.total_bytes for g in gpus]
-            seen[key] = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=totals, nvlink=nvlink), s
+            layout = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=totals, nvlink=nvlink)
+            seen[key] = sharing.explain(layout, req, s, gpus), s
         out.append((replica, *seen[key]))
     return out
 
@@ -282,7 +286,8 @@ def _unplaced(
     total = probe.total_bytes if probe else 0
     s = resolve(spec, req, total, probe.name if probe else "")
     layout = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=[total] * (tp * pp))
-    reasons = (why, *layout.reasons)
+    shared = sharing.unplaced_reason(inv, usable, s.gpu_memory_utilization)
+    reasons = (*((shared,) if shared else ()), why, *layout.reasons)
     command = serve_argv(req, s, tp=tp, pp=pp, max_model_len=layout.max_model_len, multi_host=False)
     return Plan(
         tp,

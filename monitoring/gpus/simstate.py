@@ -27,12 +27,22 @@ STATE_FILE = "simulated-gpus.json"
 
 @dataclass(frozen=True, slots=True)
 class SimEngine:
+    """An engine process holding memory on some GPUs: ``memory_bytes_per_gpu`` on each, unless
+    ``memory_by_gpu`` gives a GPU its own figure (pipeline stages hold different shares)."""
+
     pid: int
     gpu_indices: tuple[int, ...]
     memory_bytes_per_gpu: int
     util_pct: float
     name: str
     create_time_s: float | None  # guards against pid reuse
+    memory_by_gpu: tuple[tuple[int, int], ...] = ()
+
+    def memory_on(self, index: int) -> int:
+        """Bytes this engine holds on GPU ``index`` (0 when it is not on it)."""
+        if index not in self.gpu_indices:
+            return 0
+        return dict(self.memory_by_gpu).get(index, self.memory_bytes_per_gpu)
 
 
 @dataclass(slots=True)
@@ -121,6 +131,7 @@ def _encode(state: SimState) -> dict[str, Any]:
                 "util": e.util_pct,
                 "name": e.name,
                 "ctime": e.create_time_s,
+                **({"memg": [list(pair) for pair in e.memory_by_gpu]} if e.memory_by_gpu else {}),
             }
             for e in state.engines.values()
         ],
@@ -138,6 +149,7 @@ def _decode(data: dict[str, Any]) -> SimState:
             util_pct=float(e["util"]),
             name=str(e["name"]),
             create_time_s=None if e.get("ctime") is None else float(e["ctime"]),
+            memory_by_gpu=tuple((int(i), int(m)) for i, m in e.get("memg", [])),
         )
         for e in data.get("engines", [])
     }

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import combinations
 from pathlib import Path
 
@@ -98,22 +98,32 @@ class SimulatedBackend:
         util_pct: float = 80.0,
         *,
         name: str = "",
+        memory_by_gpu: Mapping[int, int] | None = None,
     ) -> None:
-        """Register a simulated engine process holding memory (and load) on some GPUs."""
+        """Register a simulated engine process holding memory (and load) on some GPUs.
+
+        Several engines may share a GPU: its memory used is the sum of their shares (plus the
+        idle board's), and an engine that would not fit beside the others is refused, as CUDA
+        would refuse its allocation. ``memory_by_gpu`` gives some GPUs their own share."""
         indices = self._check_indices(gpu_indices)
-        if memory_bytes_per_gpu < 0 or not 0.0 <= util_pct <= 100.0:
-            raise GpuBackendError("memory_bytes_per_gpu must be >= 0 and util_pct in 0..100")
+        own = dict(memory_by_gpu or {})
+        if set(own) - set(indices):
+            raise GpuBackendError(f"memory_by_gpu names GPUs {sorted(own)} not in {list(indices)}")
+        if min([memory_bytes_per_gpu, *own.values()]) < 0 or not 0.0 <= util_pct <= 100.0:
+            raise GpuBackendError("memory must be >= 0 bytes and util_pct in 0..100")
+        engine = SimEngine(
+            pid=pid,
+            gpu_indices=indices,
+            memory_bytes_per_gpu=memory_bytes_per_gpu,
+            util_pct=util_pct,
+            name=name or f"pid-{pid}",
+            create_time_s=process_create_time(pid),
+            memory_by_gpu=tuple(sorted(own.items())),
+        )
         with self._store.update() as state:
             state.engines.pop(pid, None)
-            self._check_fits(state, indices, memory_bytes_per_gpu)
-            state.engines[pid] = SimEngine(
-                pid=pid,
-                gpu_indices=indices,
-                memory_bytes_per_gpu=memory_bytes_per_gpu,
-                util_pct=util_pct,
-                name=name or f"pid-{pid}",
-                create_time_s=process_create_time(pid),
-            )
+            self._check_fits(state, engine)
+            state.engines[pid] = engine
 
     def detach(self, pid: int) -> None:
         with self._store.update() as state:
@@ -148,14 +158,15 @@ class SimulatedBackend:
             raise GpuBackendError(f"GPU indices {list(checked)} not in 0..{len(self._gpus) - 1}")
         return checked
 
-    def _check_fits(self, state: SimState, indices: tuple[int, ...], memory_bytes: int) -> None:
-        for i in indices:
+    def _check_fits(self, state: SimState, engine: SimEngine) -> None:
+        for i in engine.gpu_indices:
             used = _attached_bytes(state.engines.values(), i) + BASELINE_MEMORY_BYTES
             total = self._devices[i].memory_total_bytes
-            if used + memory_bytes > total:
+            asked = engine.memory_on(i)
+            if used + asked > total:
                 free_mib = (total - used) // MIB
                 raise GpuBackendError(
-                    f"GPU {i} out of memory: {memory_bytes // MIB} MiB asked, {free_mib} MiB free"
+                    f"GPU {i} out of memory: {asked // MIB} MiB asked, {free_mib} MiB free"
                 )
 
     # --- sampling -----------------------------------------------------------------------
@@ -217,7 +228,7 @@ class SimulatedBackend:
             else None,
             throttle_reasons=(("gpu_idle",) if load == 0 else ()) + reasons,
             ecc_uncorrected=0 if model.has_ecc else None,
-            processes=tuple(GpuProcess(e.pid, e.memory_bytes_per_gpu, e.name) for e in engines),
+            processes=tuple(GpuProcess(e.pid, e.memory_on(gpu.index), e.name) for e in engines),
             lost=False,
             error=None,
         )
@@ -253,7 +264,7 @@ def _sm_clock_mhz(gpu: SimGpu, load: float, slowed: bool) -> int:
 
 
 def _attached_bytes(engines: Iterable[SimEngine], index: int) -> int:
-    return sum(e.memory_bytes_per_gpu for e in engines if index in e.gpu_indices)
+    return sum(e.memory_on(index) for e in engines)
 
 
 def _clamp(value: float, low: float, high: float) -> float:

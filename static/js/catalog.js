@@ -161,6 +161,17 @@
     }
   }
 
+  function drawShares(lines) {
+    const list = document.getElementById("plan-shares");
+    if (!list) return;
+    list.replaceChildren();
+    for (const line of lines || []) {
+      const li = document.createElement("li");
+      li.textContent = line;
+      list.appendChild(li);
+    }
+  }
+
   function launchNote(payload, targetIsHost, online) {
     if (!targetIsHost) return "Pick a registered host to launch.";
     if (!online) return "The host is offline.";
@@ -220,6 +231,7 @@
       text("cmd-" + key, plan ? plan.commands[key] : "");
     }
     drawWarnings(plan && plan.warnings);
+    drawShares(plan && plan.shares);
     drawAlternatives(payload.alternatives);
     drawChart(plan);
     drawLaunch(payload, targetIsHost);

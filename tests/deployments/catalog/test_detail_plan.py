@@ -18,7 +18,7 @@ from tests.support.hubstub import HubStub
 LAUNCH_FIELDS = {
     "name", "model_ref", "revision", "host", "engine", "tensor_parallel_size",
     "pipeline_parallel_size", "max_model_len", "max_num_seqs", "dtype", "quantization",
-    "kv_cache_dtype", "gpu_memory_utilization", "csrfmiddlewaretoken",
+    "kv_cache_dtype", "gpu_memory_utilization", "concurrency", "csrfmiddlewaretoken",
 }  # fmt: skip
 
 

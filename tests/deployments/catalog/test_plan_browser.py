@@ -139,6 +139,17 @@ def test_hub_model_on_a_registered_host(
     assert "room for 2 replicas" in layout(page) and page.locator("#plan-notice").is_hidden()
     assert page.locator("#launch-button").is_disabled()
 
+    # A stated load sizes each GPU's share, and the panel says what stays free beside it.
+    assert page.locator("#plan-shares li").all_inner_texts()[0].startswith("Reserves ")
+    replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", "8192"))
+    replanned(page, lambda: page.fill("#plan-form input[name=concurrency]", "8"))
+    shares = page.locator("#plan-shares li").all_inner_texts()
+    assert shares[0].startswith("Sized for 8 requests of 8,192 tokens at once"), shares
+    assert shares[1].endswith("stays free for other deployments."), shares
+    assert "--gpu-memory-utilization 0.92 " not in page.locator("#cmd-vllm").inner_text()
+    replanned(page, lambda: page.fill("#plan-form input[name=concurrency]", ""))
+    replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", ""))
+
     # Back on the host, Launch: a simulated host serves local models only, and says so.
     replanned(page, lambda: page.select_option("#plan-target-select", HOST))
     assert page.locator("#launch-button").is_enabled()

@@ -58,6 +58,19 @@ def test_human_output(model_dir):
     assert "weights" in text and "KV cache" in text and "command: vllm serve" in text
 
 
+def test_human_output_says_what_each_gpu_keeps_free(model_dir):
+    text = run_plan(
+        {"model": str(model_dir), "gpus": "1x80GiB", "concurrency": 8, "max_model_len": 4096}
+    )
+    shares = [line for line in text.splitlines() if line.startswith("share: ")]
+    assert shares[0].startswith("share: Sized for 8 requests of 4,096 tokens at once")
+    assert "--gpu-memory-utilization 0.28 rather than the whole GPU" in shares[0]
+    assert shares[1] == (
+        "share: Reserves 22.4 GiB of GPU 0 (80 GiB); 57.6 GiB stays free for other deployments."
+    )
+    assert "--gpu-memory-utilization 0.28 " in text
+
+
 @pytest.mark.parametrize(
     "options",
     [

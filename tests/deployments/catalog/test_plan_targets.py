@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from deployments.models import Deployment, GpuLease
 from monitoring.models import Gpu, Host
-from tests.support.catalog import BIG, GIB, login_client
+from tests.support.catalog import BIG, GIB, QWEN, login_client
 from tests.support.hubstub import HubStub
 
 
@@ -116,3 +116,25 @@ def test_goal_and_concurrency_reach_the_planner(client: Client, viewer: Any, hub
     assert many["plan"]["replicas"] == 4
     bad = client.get("/models/plan/", {**params, "goal": "fastest"})
     assert bad.status_code == 400 and "goal" in bad.json()["error"]
+
+
+def test_a_partly_reserved_gpu_is_planned_with_what_is_left_and_explained(
+    client: Client, operator: Any, hub: HubStub
+) -> None:
+    host = make_host("shared", 1)
+    other = Deployment.objects.create(name="other", model_id="m", host=host, created_by=operator)
+    GpuLease.objects.create(deployment=other, gpu=host.gpus.get(), memory_bytes=40 * GIB)
+    login_client(client, operator)
+    whole = client.get("/models/plan/", {"ref": QWEN, "target": "shared"}).json()
+    assert not whole["ok"]  # 92 % of the GPU: vLLM would not start beside the other one
+    assert "Free memory on device cuda:0 (40.00/80.00 GiB)" in whole["error"]
+    sized = client.get(
+        "/models/plan/", {"ref": QWEN, "target": "shared", "concurrency": 4, "max_model_len": 8192}
+    ).json()
+    assert sized["ok"], sized["error"]
+    assert "--gpu-memory-utilization 0.25 " in sized["plan"]["commands"]["vllm"]
+    shares = sized["plan"]["shares"]
+    assert shares[0].startswith("Sized for 4 requests of 8,192 tokens at once")
+    assert shares[1].startswith("Reserves 20 GiB of GPU 0 (80 GiB), where 40 GiB is already held")
+    assert shares[1].endswith("; 20 GiB stays free for other deployments.")
+    assert sized["plan"]["launch"]["concurrency"] == "4"

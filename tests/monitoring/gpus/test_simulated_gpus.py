@@ -3,6 +3,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -179,3 +180,48 @@ def test_nvml_without_a_library_says_so(sim_state_dir: Path) -> None:
         assert "\n" not in str(exc)
     else:
         assert not backend.simulated
+
+
+@pytest.fixture
+def second_engine() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True
+    )
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_several_engines_share_a_gpu(
+    sim4: SimulatedBackend,
+    engine_process: subprocess.Popen[bytes],
+    second_engine: subprocess.Popen[bytes],
+) -> None:
+    # a pipeline of two stages holding different shares, and a small engine beside stage 0
+    sim4.attach(engine_process.pid, [0, 1], 30 * GIB, 60.0, name="big", memory_by_gpu={1: 20 * GIB})
+    sim4.attach(second_engine.pid, [0], 18 * GIB, 30.0, name="small")
+    gpus = sim4.sample().gpus
+    baseline = 512 * 2**20
+    assert gpus[0].memory_used_bytes == baseline + 48 * GIB
+    assert gpus[1].memory_used_bytes == baseline + 20 * GIB
+    assert gpus[0].memory_free_bytes == gpus[0].memory_total_bytes - gpus[0].memory_used_bytes
+    by_pid = {p.pid: (p.used_memory_bytes, p.name) for p in gpus[0].processes}
+    assert by_pid == {engine_process.pid: (30 * GIB, "big"), second_engine.pid: (18 * GIB, "small")}
+    assert [p.used_memory_bytes for p in gpus[1].processes] == [20 * GIB]
+    assert gpus[0].gpu_util_pct is not None and gpus[0].gpu_util_pct >= 80  # loads add up
+    # the shares survive a reload of the state file by another process's backend
+    again = SimulatedBackend(sim4.spec, state_dir=sim4._store.path.parent, seed=7)
+    assert again.sample().gpus[1].memory_used_bytes == baseline + 20 * GIB
+
+
+def test_an_engine_that_does_not_fit_beside_the_others_is_refused(
+    sim4: SimulatedBackend,
+    engine_process: subprocess.Popen[bytes],
+    second_engine: subprocess.Popen[bytes],
+) -> None:
+    sim4.attach(engine_process.pid, [0], 60 * GIB, name="big")
+    with pytest.raises(GpuBackendError, match="GPU 0 out of memory: 20480 MiB asked"):
+        sim4.attach(second_engine.pid, [0], 20 * GIB, name="late")
+    with pytest.raises(GpuBackendError, match="names GPUs"):
+        sim4.attach(second_engine.pid, [1], GIB, memory_by_gpu={2: GIB})
+    assert [e.name for e in sim4.engines()] == ["big"]
