@@ -22,7 +22,7 @@ from .inventory import Gpu, Host, Inventory, parse_gpus
 from .kvcache import kv_bytes_per_token
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
 from .plans import GpuRef, Plan, PlanResult
-from .request import GOALS, PlanRequest, Settings, resolve
+from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
 from .result import plan_details, plan_to_json, result_to_json
 from .search import plan
 from .spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
@@ -49,6 +49,7 @@ def estimate_layout(
 __all__ = [
     "DEFAULT_VLLM_VERSION",
     "GOALS",
+    "PLACEMENTS",
     "Gpu",
     "GpuMemory",
     "GpuRef",

@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from . import choice
+from . import choice, replica_choice
 from .argv import serve_argv
 from .checks import layout_errors
 from .errors import PlanningError
@@ -197,11 +197,15 @@ def _plan_layout(
     placed = replicas(groups, pp, multi_host=True)
     if not placed:
         return _unplaced(spec, inv, req, usable, tp, pp)
-    judged = _judge_replicas(spec, req, tp, pp, placed)
-    fitting = [(r, lay) for r, lay, _ in judged if lay.fits]
-    replica, layout, s = next(((r, lay, st) for r, lay, st in judged if lay.fits), judged[0])
-    chosen = [replica] + [r for r, _ in fitting if r is not replica]
-    return _finish(inv, req, s, layout, chosen if fitting else [replica])
+    judged = _judge_replicas(spec, req, tp, pp, replica_choice.ordered(placed, req.placement))
+    chosen = replica_choice.take(judged, req.replicas)
+    _, layout, s = chosen[0] if chosen else judged[0]
+    short = ""
+    if chosen and req.replicas and len(chosen) < req.replicas:
+        short = replica_choice.short_reason(judged, chosen, usable, inv, req.replicas)
+    tight = replica_choice.tight(spec, req, chosen)
+    placed = [r for r, _, _ in chosen] or [judged[0][0]]
+    return _finish(inv, req, s, layout, placed, short=short, tight=tight)
 
 
 def _judge_replicas(
@@ -224,7 +228,14 @@ def _judge_replicas(
 
 
 def _finish(
-    inv: Inventory, req: PlanRequest, s: Settings, layout: LayoutMemory, placed: list[Replica]
+    inv: Inventory,
+    req: PlanRequest,
+    s: Settings,
+    layout: LayoutMemory,
+    placed: list[Replica],
+    *,
+    short: str,
+    tight: tuple[str, ...],
 ) -> Plan:
     first = placed[0]
     multi = first.multi_host
@@ -235,8 +246,8 @@ def _finish(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         replicas=count,
-        fits=layout.fits,
-        reasons=layout.reasons,
+        fits=layout.fits and not short,
+        reasons=(short, *layout.reasons) if short else layout.reasons,
         warnings=layout.warnings + _link_warnings(inv, first),
         per_gpu=layout.per_gpu,
         kv_cache_tokens=layout.kv_cache_tokens,
@@ -247,6 +258,8 @@ def _finish(
         multi_host=multi,
         link_rank=max(g.quality for g in first.stages),
         requested_max_model_len=layout.requested_max_model_len,
+        tight_reasons=tight,
+        replicas_asked=req.replicas or 0,
     )
 
 
@@ -278,6 +291,8 @@ def _unplaced(
         why = f"tensor parallel size {tp} needs {tp} usable GPUs on one host; the most is {widest}"
     else:
         why = f"needs {tp * pp} GPUs; only {idle} are idle with enough free memory"
+    if req.replicas:
+        why = f"replica 1 of {req.replicas}: {why}"
     probe = next((h.gpus[0] for h in inv.hosts if h.gpus), None)
     total = probe.total_bytes if probe else 0
     s = resolve(spec, req, total, probe.name if probe else "")
@@ -298,4 +313,5 @@ def _unplaced(
         (),
         layout.max_model_len,
         requested_max_model_len=layout.requested_max_model_len,
+        replicas_asked=req.replicas or 0,
     )
