@@ -52,10 +52,12 @@ def rank_key(p: Plan, req: PlanRequest, forced: tuple[int, int] | None) -> RankK
 def reason(plans: list[Plan], req: PlanRequest, forced: tuple[int, int] | None) -> str:
     """One sentence: why ``plans[0]``, against the question an operator asks first: why not the
     smallest layout that fits? When no smaller one fits, against the next plan that fits."""
-    if not plans or not plans[0].fits:
-        return _no_fit(plans[0], req) if plans else ""
+    if not plans:
+        return ""
     first = plans[0]
     pinned = (first.tensor_parallel_size, first.pipeline_parallel_size) == forced
+    if not first.fits:
+        return _no_fit(first, req, pinned)
     if first.context_clipped:
         return _clipped(first)
     others = [p for p in plans[1:] if p.fits]
@@ -68,7 +70,12 @@ def reason(plans: list[Plan], req: PlanRequest, forced: tuple[int, int] | None) 
     return _versus(first, runner, req)
 
 
-def _no_fit(first: Plan, req: PlanRequest) -> str:
+def _no_fit(first: Plan, req: PlanRequest, pinned: bool) -> str:
+    if pinned and req.replicas and first.replicas:
+        return (
+            f"{first.label}, the layout you asked for, places {first.replicas} of "
+            f"{req.replicas} replicas ({first.reasons[0]})."
+        )
     if req.replicas and first.replicas:
         return (
             f"No layout places {req.replicas} replicas on these GPUs; {first.label} places "

@@ -98,7 +98,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
     )
     shorter = comfortable_length(spec, s, layout, requests=requests)
     if 0 < shorter < length:
-        text += f" (a context of {shorter:,} tokens would leave that margin)"
+        text += f"; a context of {shorter:,} tokens would leave that margin"
     return text
 
 
