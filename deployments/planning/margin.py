@@ -27,6 +27,7 @@ from .memory import GpuMemory, LayoutMemory
 from .request import Settings
 from .spec import ModelSpec
 from .units import MIB, gib
+from .versions import VersionProfile
 
 FLOOR_BYTES = 256 * MIB
 BUDGET_FRACTION = 0.005
@@ -42,10 +43,10 @@ class Band:
     outside_bytes: int
 
 
-def band(s: Settings, mem: GpuMemory) -> Band:
+def band(profile: VersionProfile, mem: GpuMemory) -> Band:
     """The error band of one rank's prediction, by the rules of the target vLLM version."""
     base = max(FLOOR_BYTES, round(BUDGET_FRACTION * mem.budget_bytes))
-    if s.profile.cuda_graphs_in_budget:
+    if profile.cuda_graphs_in_budget:
         return Band(base + round(GRAPHS_IN_BUDGET_SHARE * mem.cuda_graph_bytes), base)
     return Band(base, base + round(GRAPHS_OUTSIDE_SHARE * mem.cuda_graph_bytes))
 
@@ -79,7 +80,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
             element_bytes=s.kv_element_bytes,
         )
         need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
-        room = mem.kv_cache_bytes - need - band(s, mem).kv_bytes
+        room = mem.kv_cache_bytes - need - band(s.profile, mem).kv_bytes
         if worst is None or room < worst[0]:
             worst = (room, need, stage, rank)
     if worst is None or worst[0] >= 0 or layout.per_gpu[worst[3]].kv_cache_bytes < worst[1]:
@@ -94,7 +95,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
     where = f" on pipeline stage {stage + 1} of {pp}" if pp > 1 else ""
     text = (
         f"needs {gib(need):.2f} GiB of KV cache for {what}{where}; predicted "
-        f"{gib(mem.kv_cache_bytes):.2f} ± {gib(band(s, mem).kv_bytes):.2f} GiB"
+        f"{gib(mem.kv_cache_bytes):.2f} ± {gib(band(s.profile, mem).kv_bytes):.2f} GiB"
     )
     shorter = comfortable_length(spec, s, layout, requests=requests)
     if 0 < shorter < length:
@@ -104,8 +105,8 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
 
 def _outside(s: Settings, per_gpu: tuple[GpuMemory, ...]) -> str:
     """What the GPU keeps beyond the budget (and, before 0.21, beyond the graph pool)."""
-    mem = min(per_gpu, key=lambda m: m.free_bytes - band(s, m).outside_bytes)
-    b = band(s, mem)
+    mem = min(per_gpu, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
+    b = band(s.profile, mem)
     if mem.free_bytes >= b.outside_bytes:
         return ""
     gmu = s.gpu_memory_utilization
@@ -130,7 +131,7 @@ def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, G
     for mem, (host, gpu) in zip(layout.per_gpu, gpus, strict=False):
         if gpu.free_bytes >= gpu.total_bytes:
             continue  # nothing else on it: the budget check above covers it
-        room = gpu.free_bytes - mem.budget_bytes - band(s, mem).outside_bytes
+        room = gpu.free_bytes - mem.budget_bytes - band(s.profile, mem).outside_bytes
         if room < 0 and gpu.free_bytes >= mem.budget_bytes and (worst is None or room < worst[0]):
             worst = (room, host, gpu, mem)
     if worst is None:
@@ -140,7 +141,7 @@ def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, G
         f"vLLM checks at start that {gib(mem.budget_bytes):.2f} GiB "
         f"({s.gpu_memory_utilization:g} × {gib(gpu.total_bytes):.2f} GiB) are free on GPU "
         f"{host}:{gpu.index}; it has {gib(gpu.free_bytes):.2f} GiB free, within the planner's "
-        f"margin of {gib(band(s, mem).outside_bytes):.2f} GiB"
+        f"margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB"
     )
 
 
@@ -158,6 +159,6 @@ def comfortable_length(spec: ModelSpec, s: Settings, layout: LayoutMemory, *, re
             block_size=s.block_size,
             element_bytes=s.kv_element_bytes,
         )
-        room = (mem.kv_cache_bytes - band(s, mem).kv_bytes) // max(requests, 1)
+        room = (mem.kv_cache_bytes - band(s.profile, mem).kv_bytes) // max(requests, 1)
         best = min(best, kv.longest_fitting_len(room, s.max_num_batched_tokens))
     return best // s.block_size * s.block_size

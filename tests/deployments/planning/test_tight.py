@@ -123,7 +123,7 @@ def test_band_by_version(version, gib, gmu, graphs, expected):
     req = PlanRequest(vllm_version=version, gpu_memory_utilization=gmu)
     s = resolve(SPEC_8B, req, gib * GIB, "GPU")
     mem = GpuMemory(0, 0, 0, round(graphs * GIB), 0, 0, gib * GIB, round(gib * GIB * gmu))
-    got = band(s, mem)
+    got = band(s.profile, mem)
     assert (got.kv_bytes / GIB, got.outside_bytes / GIB) == pytest.approx(expected, abs=0.005)
 
 
