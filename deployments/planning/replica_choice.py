@@ -32,10 +32,27 @@ def ordered(placed: list[Replica], placement: str) -> list[Replica]:
     return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
 
 
-def take(judged: list[Judged], asked: int | None) -> list[Judged]:
-    """The replicas the layout fits on, in placement order; at most ``asked`` of them."""
-    fitting = [j for j in judged if j[1].fits]
-    return fitting[:asked] if asked else fitting
+def take(judged: list[Judged], req: PlanRequest) -> list[Judged]:
+    """The replicas that serve like the first one that fits, in placement order; at most
+    ``req.replicas`` of them. They all run its command: on GPUs of another kind a replica must
+    hold its context and, when asked, its concurrency too."""
+    first = next((lay for _, lay, _ in judged if lay.fits), None)
+    if first is None:
+        return []
+    alike = [j for j in judged if not _unlike(j[1], first, req)]
+    return alike[: req.replicas] if req.replicas else alike
+
+
+def _unlike(lay: LayoutMemory, first: LayoutMemory, req: PlanRequest) -> str:
+    """Why a replica's GPUs cannot serve like the first replica's ("" when they can)."""
+    if not lay.fits:
+        return lay.reasons[0] if lay.reasons else "the layout does not fit on them"
+    if lay.max_model_len < first.max_model_len:
+        return f"they serve at most {lay.max_model_len:,} tokens, not {first.max_model_len:,}"
+    wanted = min(req.concurrency, first.max_concurrency) if req.concurrency else 0
+    if lay.max_concurrency < wanted:
+        return f"they hold {lay.max_concurrency:.1f} full-length requests at once, not {wanted:g}"
+    return ""
 
 
 def short_reason(
@@ -43,20 +60,21 @@ def short_reason(
     chosen: list[Judged],
     usable: dict[str, list[Gpu]],
     inv: Inventory,
-    asked: int,
+    req: PlanRequest,
 ) -> str:
-    """Why replica ``len(chosen) + 1`` of ``asked`` could not be placed."""
+    """Why replica ``len(chosen) + 1`` of ``req.replicas`` could not be placed."""
     first = chosen[0][1]
+    asked = req.replicas or 0
     tp, pp = first.tensor_parallel_size, first.pipeline_parallel_size
     head = f"replica {len(chosen) + 1} of {asked}"
     taken = {(h, g.index) for r, _, _ in chosen for h, g in r.gpus}
-    unfit = [(r, lay) for r, lay, _ in judged if not lay.fits]
-    if unfit:
-        r, lay = unfit[0]
+    unlike = [(r, why) for r, lay, _ in judged if (why := _unlike(lay, first, req))]
+    if unlike:
+        r, why = unlike[0]
         kinds = Counter(g.name for _, g in r.gpus)
         names = ", ".join(f"{n} × {name}" for name, n in kinds.items())
-        return f"{head}: the GPUs left ({names} on {r.stages[0].host.name}, …) cannot hold it: " + (
-            lay.reasons[0] if lay.reasons else "the layout does not fit on them"
+        return (
+            f"{head}: the GPUs left ({names} on {r.stages[0].host.name}, …) cannot hold it: {why}"
         )
     left = {h: [g for g in gpus if (h, g.index) not in taken] for h, gpus in usable.items()}
     count = sum(len(g) for g in left.values())

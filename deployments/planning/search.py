@@ -124,11 +124,18 @@ def _search(s: _Search, late: Callable[[], bool]) -> tuple[list[Plan], str]:
             p = plans[0] if (tp, pp) == s.forced else s.layout(tp, pp)
             if (tp, pp) != s.forced:
                 plans.append(p)
-            if not p.gpus or tp in served:
+            if not p.gpus or tp in served or _short_for_good(p, s.usable_count):
                 steps.pop(tp, None)
             elif choice.tier(p, s.req) == choice.SERVES:
                 served.add(tp)  # one more stage still: it may be the runner-up the reason names
     return plans, ""
+
+
+def _short_for_good(p: Plan, usable: int) -> bool:
+    """Short of the replicas asked, and one more stage (more GPUs each) could place no more."""
+    if not p.replicas_asked or p.replicas >= p.replicas_asked:
+        return False
+    return usable // (p.gpus_per_replica + p.tensor_parallel_size) <= p.replicas
 
 
 def _next_round(steps: dict[int, Iterator[int]]) -> list[tuple[int, int]]:
@@ -198,11 +205,11 @@ def _plan_layout(
     if not placed:
         return _unplaced(spec, inv, req, usable, tp, pp)
     judged = _judge_replicas(spec, req, tp, pp, replica_choice.ordered(placed, req.placement))
-    chosen = replica_choice.take(judged, req.replicas)
+    chosen = replica_choice.take(judged, req)
     _, layout, s = chosen[0] if chosen else judged[0]
     short = ""
     if chosen and req.replicas and len(chosen) < req.replicas:
-        short = replica_choice.short_reason(judged, chosen, usable, inv, req.replicas)
+        short = replica_choice.short_reason(judged, chosen, usable, inv, req)
     tight = replica_choice.tight(spec, req, chosen)
     placed = [r for r, _, _ in chosen] or [judged[0][0]]
     return _finish(inv, req, s, layout, placed, short=short, tight=tight)

@@ -100,6 +100,32 @@ UNPLACEABLE = [
 ]
 
 
+LONG_8B = ModelSpec.from_config({**LLAMA_8B, "max_position_embeddings": 131072})
+
+
+def test_replicas_on_smaller_gpus_must_serve_like_the_first():
+    # Every replica runs the first one's command: on 24 GiB GPUs TP 1 holds 1.4 requests of
+    # 32k tokens, not the 4 asked, so it is no replica of this plan.
+    inv = parse_gpus("1x2x80GiB,1x2x24GiB", host="h")
+    req = PlanRequest(max_model_len=32768, concurrency=4)
+    most = plan(LONG_8B, inv, req).plans[0]
+    assert (most.tensor_parallel_size, most.replicas, hosts_of(most)) == (1, 2, ["h-1", "h-1"])
+    three = plan(LONG_8B, inv, replace(req, replicas=3)).plans[0]
+    assert three.reasons[0] == (
+        "replica 3 of 3: the GPUs left (1 × GPU 24GiB on h-2, …) cannot hold it: they hold "
+        "1.4 full-length requests at once, not 4"
+    )
+
+
+def test_a_tp_size_short_of_replicas_stops_adding_stages():
+    # 16 hosts of 8: TP 8 places 16 replicas of one stage, and two stages could place at most
+    # 8 more: asked for 200, no TP 8 layout with more stages is tried.
+    result = plan(SPEC_8B, parse_gpus("16x8x80GiB", host="h"), PlanRequest(replicas=200))
+    tp8 = [p for p in result.plans if p.tensor_parallel_size == 8]
+    assert [p.pipeline_parallel_size for p in tp8] == [1]
+    assert tp8[0].reasons[0].startswith("replica 17 of 200: ")
+
+
 @pytest.mark.parametrize(("inv", "asked", "reason"), UNPLACEABLE)
 def test_a_replica_that_cannot_be_placed_says_why(inv, asked, reason):
     result = plan(SPEC_8B, inv, PlanRequest(**asked))
