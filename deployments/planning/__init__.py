@@ -9,6 +9,9 @@ values in. The entry points, each documented where it is defined:
 - ``Inventory`` of ``Host``s and their ``Gpu``s, or ``parse_gpus("4x80GiB@nvlink")``.
 - ``plan(spec, inventory, PlanRequest(...))`` → ``PlanResult``: ``Plan``s, best first, each with
   its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
+  ``PlanRequest.replicas`` asks for N replicas (None: as many as fit), placed ``spread`` over
+  hosts or ``packed``; a plan that fits only within the planner's error band is ``tight``, with
+  its ``tight_reasons`` (margin.py).
 - ``estimate_layout``: one TP × PP layout on identical GPUs, without an inventory.
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
