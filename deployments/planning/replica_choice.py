@@ -97,12 +97,14 @@ def short_reason(
 
 
 def tight(spec: ModelSpec, req: PlanRequest, chosen: Sequence[Judged]) -> tuple[str, ...]:
-    """Margin reasons of the chosen replicas: once per layout (replicas on GPUs alike share
-    one), and the first GPU partly in use whose free memory is within the margin."""
+    """Margin reasons of the replicas the request needs (all N asked for; with as many as fit,
+    the first, which the plan's figures show and a launch starts, the rest being room to
+    grow): once per layout (replicas on GPUs alike share one), and the first GPU partly in use
+    whose free memory is within the margin."""
     out: list[str] = []
     seen: set[int] = set()
     startup = ""
-    for n, (replica, layout, s) in enumerate(chosen, 1):
+    for n, (replica, layout, s) in enumerate(chosen if req.replicas else chosen[:1], 1):
         if id(layout) not in seen:
             seen.add(id(layout))
             found = layout_tight(spec, s, layout, requests=req.concurrency or 1)
