@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import choice, replica_choice
 from .argv import serve_argv
@@ -204,7 +204,13 @@ def _plan_layout(
     placed = replicas(groups, pp, multi_host=True)
     if not placed:
         return _unplaced(spec, inv, req, usable, tp, pp)
-    judged = _judge_replicas(spec, req, tp, pp, replica_choice.ordered(placed, req.placement))
+    placed = replica_choice.ordered(placed, req.placement)
+    judged = _judge_replicas(spec, req, tp, pp, placed)
+    first = next((st for _, lay, st in judged if lay.fits), None)
+    if first is not None and any(st.max_num_seqs != first.max_num_seqs for _, _, st in judged):
+        # every replica runs the first one's command, --max-num-seqs included
+        pinned = replace(req, max_num_seqs=first.max_num_seqs)
+        judged = _judge_replicas(spec, pinned, tp, pp, placed)
     chosen = replica_choice.take(judged, req)
     _, layout, s = chosen[0] if chosen else judged[0]
     short = ""

@@ -104,7 +104,7 @@ LONG_8B = ModelSpec.from_config({**LLAMA_8B, "max_position_embeddings": 131072})
 
 
 def test_replicas_on_smaller_gpus_must_serve_like_the_first():
-    # Every replica runs the first one's command: on 24 GiB GPUs TP 1 holds 1.4 requests of
+    # Every replica runs the first one's command: on 24 GiB GPUs TP 1 holds 1.1 requests of
     # 32k tokens, not the 4 asked, so it is no replica of this plan.
     inv = parse_gpus("1x2x80GiB,1x2x24GiB", host="h")
     req = PlanRequest(max_model_len=32768, concurrency=4)
@@ -113,7 +113,22 @@ def test_replicas_on_smaller_gpus_must_serve_like_the_first():
     three = plan(LONG_8B, inv, replace(req, replicas=3)).plans[0]
     assert three.reasons[0] == (
         "replica 3 of 3: the GPUs left (1 × GPU 24GiB on h-2, …) cannot hold it: they hold "
-        "1.4 full-length requests at once, not 4"
+        "1.1 full-length requests at once, not 4"
+    )
+
+
+def test_replicas_on_other_gpus_are_judged_with_the_first_ones_max_num_seqs():
+    # Alone, a 19 GiB GPU would get vLLM's 256 sequences and hold one 8k request; as the
+    # second replica it runs the first one's --max-num-seqs 1024, and its sampler warm-up
+    # leaves no KV cache.
+    inv = parse_gpus("1x1x80GiB,1x1x19GiB", host="h")
+    alone = plan(LONG_8B, parse_gpus("1x19GiB"), PlanRequest(max_model_len=8192)).plans[0]
+    assert alone.fits and "--max-num-seqs 256" in " ".join(alone.command)
+    two = plan(LONG_8B, inv, PlanRequest(max_model_len=8192, replicas=2)).plans[0]
+    assert "--max-num-seqs 1024" in " ".join(two.command)
+    assert two.reasons[0].startswith(
+        "replica 2 of 2: the GPUs left (1 × GPU 19GiB on h-2, …) cannot hold it: No available "
+        "memory for the cache blocks."
     )
 
 

@@ -144,9 +144,9 @@ def test_real_start_ups_are_not_tight(row):
 
 
 def test_a_tight_replica_counts_only_when_the_request_needs_it():
-    # On the 19 GiB GPU one 8k request fits only within the margin. As many as fit: the first
+    # On the 20.5 GiB GPU one 8k request fits only within the margin. As many as fit: the first
     # replica (80 GiB) is the plan, the second is room to grow, and the plan is comfortable.
-    inv = parse_gpus("1x1x80GiB,1x1x19GiB", host="h")
+    inv = parse_gpus("1x1x80GiB,1x1x20.5GiB", host="h")
     req = PlanRequest(max_model_len=8192, concurrency=1)
     most = plan(SPEC_8B, inv, req).plans[0]
     assert (most.gpus_per_replica, most.replicas, most.tight) == (1, 2, False)
@@ -154,5 +154,5 @@ def test_a_tight_replica_counts_only_when_the_request_needs_it():
     two = plan(SPEC_8B, inv, PlanRequest(max_model_len=8192, concurrency=1, replicas=2)).plans[0]
     assert (two.replicas, two.tight) == (2, True)
     assert two.tight_reasons[0].startswith(
-        "replica 2: needs 1.00 GiB of KV cache for one 8,192-token request; predicted 1.17 ±"
+        "replica 2: needs 1.00 GiB of KV cache for one 8,192-token request; predicted 1.27 ±"
     )
