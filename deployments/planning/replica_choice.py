@@ -21,15 +21,19 @@ def ordered(placed: list[Replica], placement: str) -> list[Replica]:
     ``spread``, one replica per host in turn, so that a lost host takes the fewest replicas
     with it; ``packed``, host by host, leaving whole hosts free for other deployments.
     Replicas whose stages span hosts come last either way."""
+    spread = placement == "spread"
     turn: Counter[str] = Counter()
-    keyed = []
+    keys = []
     for pos, r in enumerate(placed):
-        host = r.stages[0].host.name
-        quality = max(g.quality for g in r.stages)
-        nth = turn[host] if placement == "spread" else 0
-        keyed.append(((r.multi_host, quality, nth, pos), r))
+        stages = r.stages
+        host = stages[0].host.name
+        if len(stages) == 1:
+            multi, quality = False, stages[0].quality
+        else:
+            multi, quality = r.multi_host, max(g.quality for g in stages)
+        keys.append((multi, quality, turn[host] if spread else 0, pos))
         turn[host] += 1
-    return [r for _, r in sorted(keyed, key=lambda kr: kr[0])]
+    return [placed[k[3]] for k in sorted(keys)]
 
 
 def take(judged: list[Judged], req: PlanRequest) -> list[Judged]:

@@ -206,11 +206,6 @@ def _plan_layout(
         return _unplaced(spec, inv, req, usable, tp, pp)
     placed = replica_choice.ordered(placed, req.placement)
     judged = _judge_replicas(spec, req, tp, pp, placed)
-    first = next((st for _, lay, st in judged if lay.fits), None)
-    if first is not None and any(st.max_num_seqs != first.max_num_seqs for _, _, st in judged):
-        # every replica runs the first one's command, --max-num-seqs included
-        pinned = replace(req, max_num_seqs=first.max_num_seqs)
-        judged = _judge_replicas(spec, pinned, tp, pp, placed)
     chosen = replica_choice.take(judged, req)
     _, layout, s = chosen[0] if chosen else judged[0]
     short = ""
@@ -221,22 +216,32 @@ def _plan_layout(
     return _finish(inv, req, s, layout, placed, short=short, tight=tight)
 
 
+_JudgeKey = tuple[tuple[int, ...], bool, str, int]  # GPU sizes, NVLink, kind, --max-num-seqs
+
+
 def _judge_replicas(
     spec: ModelSpec, req: PlanRequest, tp: int, pp: int, placed: list[Replica]
 ) -> list[tuple[Replica, LayoutMemory, Settings]]:
-    """Each replica judged on its own GPUs (identical GPU sizes are judged once)."""
-    seen: dict[tuple[tuple[int, ...], bool, str], tuple[LayoutMemory, Settings]] = {}
+    """Each replica judged on its own GPUs (identical GPU sizes are judged once). All run the
+    first fitting replica's command, so those after it are judged with its --max-num-seqs."""
+    seen: dict[_JudgeKey, tuple[LayoutMemory, Settings]] = {}
+    pin = 0
     out = []
     for replica in placed:
         gpus = [gpu for _, gpu in replica.gpus]
         nvlink = all(g.quality == 0 for g in replica.stages)
         smallest = min(gpus, key=lambda g: g.total_bytes)
-        key = (tuple(g.total_bytes for g in gpus), nvlink, smallest.name)
+        key = (tuple(g.total_bytes for g in gpus), nvlink, smallest.name, pin)
         if key not in seen:
             s = resolve(spec, req, smallest.total_bytes, smallest.name)
+            s = replace(s, max_num_seqs=pin) if pin and s.max_num_seqs != pin else s
             totals = [g.total_bytes for g in gpus]
             seen[key] = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=totals, nvlink=nvlink), s
-        out.append((replica, *seen[key]))
+        layout, s = seen[key]
+        if not pin and layout.fits:
+            pin = s.max_num_seqs
+            seen[(*key[:3], pin)] = seen[key]  # GPUs alike after it: the same judgement
+        out.append((replica, layout, s))
     return out
 
 
