@@ -1,5 +1,7 @@
 """Planner accuracy against real vLLM start-up logs in ../shared/planner-cases (or
-$PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions."""
+$PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions; then the KV error
+by vLLM version against the planner's margin (deployments/planning/margin.py), and how many
+of the real start-ups the planner calls tight."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from deployments.catalog.plan_cli import PlanCliError, run_plan  # noqa: E402
+from deployments.planning import GpuMemory  # noqa: E402
+from deployments.planning.margin import band  # noqa: E402
+from deployments.planning.versions import profile_for  # noqa: E402
 
 GIB = 1 << 30
 
@@ -52,6 +57,8 @@ def main() -> int:
     with (root / "cases.tsv").open(encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
     w_err, t_err, kv_err, agree = [], [], [], 0
+    by_version: dict[str, list[tuple[float, float]]] = {}
+    tight = 0
     for row in rows:
         plan = predict(row, root / "models")
         fits = bool(plan and plan["fits"])
@@ -64,10 +71,36 @@ def main() -> int:
             w_err.append(abs(w - float(row["weights_gib"])) / float(row["weights_gib"]))
             t_err.append(abs(t - int(row["kv_tokens"])) / int(row["kv_tokens"]))
             kv_err.append(abs(gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])))
+            signed = gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])
+            by_version.setdefault(row["vllm_version"], []).append((signed, margin_gib(row, gpu)))
+            tight += bool(plan["tight"])
             line += f" weights {w:.3f}/{row['weights_gib']} GiB  kv tokens {t}/{row['kv_tokens']}"
         print(line)
     report(len(rows), w_err, t_err, kv_err, agree)
+    report_margin(by_version, tight)
     return 0
+
+
+def margin_gib(row: dict[str, str], gpu: dict[str, int]) -> float:
+    """The planner's ± on this case's predicted KV cache."""
+    total = round(float(row["gpu_gib"]) * GIB)
+    budget = round(total * float(row["gmu"]))
+    mem = GpuMemory(0, 0, 0, gpu["cuda_graph_bytes"], 0, 0, total, budget)
+    return band(profile_for(row["vllm_version"]), mem).kv_bytes / GIB
+
+
+def report_margin(by_version: dict[str, list[tuple[float, float]]], tight: int) -> None:
+    print("KV cache error by vLLM version (predicted - logged) against the planner's margin:")
+    for version, pairs in sorted(by_version.items()):
+        errors = [e for e, _ in pairs]
+        worst = max(abs(e) / m for e, m in pairs)
+        print(
+            f"  {version:<8} {len(pairs)} start(s): {min(errors):+.3f} to {max(errors):+.3f} GiB, "
+            f"margin ± {min(m for _, m in pairs):.2f}-{max(m for _, m in pairs):.2f} GiB, "
+            f"worst error {100 * worst:.0f} % of it"
+        )
+    started = sum(len(p) for p in by_version.values())
+    print(f"tight plans:      {tight}/{started} of the real start-ups")
 
 
 def report(n: int, w: list[float], t: list[float], kv: list[float], agree: int) -> None:

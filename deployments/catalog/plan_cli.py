@@ -47,6 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="balanced",
         help="balanced: fewer GPUs per replica; throughput: more replicas",
     )
+    parser.add_argument(
+        "--replicas",
+        default="max",
+        help="replicas of the layout to place: a number, or max (as many as fit; the default)",
+    )
+    parser.add_argument(
+        "--placement",
+        choices=planning.PLACEMENTS,
+        default="spread",
+        help="spread: replicas on different hosts first (the default); packed: fill hosts in turn",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON contract")
 
 
@@ -81,7 +92,19 @@ def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
         vllm_version=options.get("vllm_version") or planning.DEFAULT_VLLM_VERSION,
         concurrency=options.get("concurrency"),
         goal=options.get("goal") or "balanced",
+        replicas=replicas_option(options.get("replicas")),
+        placement=options.get("placement") or "spread",
     )
+
+
+def replicas_option(value: object) -> int | None:
+    """``--replicas``: a whole number of replicas, or ``max`` (None: as many as fit)."""
+    if value is None or value == "" or str(value).strip().lower() == "max":
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or len(text) > 6:
+        raise PlanCliError(f"--replicas must be a whole number or max, got {text!r}")
+    return int(text)
 
 
 def load_model(ref: str) -> planning.ModelSpec:
@@ -158,9 +181,10 @@ def render(
 
 
 def _plan_block(p: planning.Plan) -> list[str]:
-    verdict = "fits" if p.fits else "does NOT fit"
+    verdict = ("fits, TIGHT" if p.tight else "fits") if p.fits else "does NOT fit"
+    asked = f" of {p.replicas_asked} asked" if p.replicas_asked else ""
     lines = [
-        f"TP={p.tensor_parallel_size} PP={p.pipeline_parallel_size} replicas={p.replicas}: "
+        f"TP={p.tensor_parallel_size} PP={p.pipeline_parallel_size} replicas={p.replicas}{asked}: "
         f"{verdict}; KV cache {p.kv_cache_tokens} tokens, max concurrency "
         f"{p.max_concurrency:.2f} at {p.max_model_len} tokens",
         f"{'rank':>4} {'gpu':>10} {'weights':>9} {'activ.':>8} {'non-torch':>9} "
@@ -174,7 +198,22 @@ def _plan_block(p: planning.Plan) -> list[str]:
             f"{_g(mem.kv_cache_bytes):>9} {_g(mem.free_bytes):>8}"
         )
     lines += [f"reason: {r}" for r in p.reasons] + [f"warning: {w}" for w in p.warnings]
+    lines += [f"tight: {r}" for r in p.tight_reasons]
+    if len(p.gpus) > 1:
+        lines.append("replicas on: " + replica_hosts(p.gpus))
     return [*lines, "command: " + " ".join(p.command)]
+
+
+def replica_hosts(gpus: tuple[tuple[planning.GpuRef, ...], ...], shown: int = 8) -> str:
+    """``1 host-1:0,1 · 2 host-2:0,1 · … (and 6 more)``: where each replica's GPUs are."""
+    parts = []
+    for n, replica in enumerate(gpus[:shown], 1):
+        hosts: dict[str, list[str]] = {}
+        for g in replica:
+            hosts.setdefault(g.host, []).append(str(g.index))
+        parts.append(f"{n} " + " ".join(f"{h}:{','.join(i)}" for h, i in hosts.items()))
+    more = f" (and {len(gpus) - shown} more)" if len(gpus) > shown else ""
+    return " · ".join(parts) + more
 
 
 def _plan_line(p: planning.Plan) -> str:
@@ -182,7 +221,8 @@ def _plan_line(p: planning.Plan) -> str:
     if p.fits and p.context_clipped:
         return f"{head}: fits only with the context clipped to {p.max_model_len} tokens"
     if p.fits:
-        return f"{head}: fits, {p.kv_cache_tokens} KV tokens, {p.max_concurrency:.2f}x"
+        tight = f" (tight: {p.tight_reasons[0]})" if p.tight else ""
+        return f"{head}: fits, {p.kv_cache_tokens} KV tokens, {p.max_concurrency:.2f}x{tight}"
     return f"{head}: rejected: {p.reasons[0] if p.reasons else '?'}"
 
 

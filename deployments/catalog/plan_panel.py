@@ -205,6 +205,9 @@ def _alternative(p: planning.Plan, chosen: bool) -> dict[str, Any]:
         "max_concurrency_text": concurrency_text(p.max_concurrency),
         "context_clipped": p.context_clipped,
         "max_model_len": p.max_model_len,
+        "replicas_asked": p.replicas_asked,
+        "tight": p.tight,
+        "tight_reasons": list(p.tight_reasons),
     }
 
 
@@ -227,7 +230,47 @@ def _plan_view(
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
     details["max_concurrency_text"] = concurrency_text(p.max_concurrency)
     details["launch_note"] = launch_note(p)
+    details["replicas_text"] = replicas_text(p)
+    details["replica_rows"] = replica_rows(p)
+    details["tight_text"] = tight_text(p)
     return details
+
+
+def replicas_text(p: planning.Plan) -> str:
+    """``room for 8 replicas``, or ``3 of 4 replicas placed`` when a number was asked for."""
+    if p.replicas_asked:
+        return f"{p.replicas} of {p.replicas_asked} replica{_s(p.replicas_asked)} placed"
+    return f"room for {p.replicas} replica{_s(p.replicas)}"
+
+
+def replica_rows(p: planning.Plan, shown: int = 16) -> list[str]:
+    """Where each replica runs, ``replica 2: host-2 GPUs 0, 1``; the first ``shown`` of them."""
+    if len(p.gpus) < 2 and not p.replicas_asked:
+        return []
+    rows = []
+    for n, replica in enumerate(p.gpus[:shown], 1):
+        hosts: dict[str, list[str]] = {}
+        for g in replica:
+            hosts.setdefault(g.host, []).append(str(g.index))
+        where = "; ".join(f"{h} GPU{_s(len(i))} {', '.join(i)}" for h, i in hosts.items())
+        rows.append(f"replica {n}: {where}")
+    if len(p.gpus) > shown:
+        rows.append(f"… and {len(p.gpus) - shown} more")
+    return rows
+
+
+def tight_text(p: planning.Plan) -> str:
+    """The banner over a plan that fits only within the planner's margin."""
+    if not p.tight:
+        return ""
+    return (
+        "Tight fit: vLLM should start, but the prediction is within its error margin of a "
+        "limit, so it may not: " + "; ".join(p.tight_reasons) + "."
+    )
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def default_name(source: ModelSource) -> str:

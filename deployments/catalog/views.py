@@ -55,6 +55,12 @@ class SearchForm(forms.Form):
         }
 
 
+def _replicas(text: str) -> int | None:
+    """A number of replicas; blank or ``max``: as many as fit (None)."""
+    text = text.strip()
+    return None if text in ("", "max") else int(text)
+
+
 def _params(billions: float | None) -> int | None:
     return None if billions is None else round(billions * BILLION)
 
@@ -68,6 +74,13 @@ class PlanForm(forms.Form):
     max_num_seqs = forms.IntegerField(required=False, min_value=1)
     concurrency = forms.IntegerField(required=False, min_value=1, max_value=100_000)
     goal = forms.ChoiceField(required=False, choices=[(g, g) for g in planning.GOALS])
+    replicas = forms.RegexField(
+        required=False,
+        max_length=6,
+        regex=r"^\s*(max|[1-9][0-9]{0,3})\s*$",
+        error_messages={"invalid": "enter a whole number of replicas, or max"},
+    )
+    placement = forms.ChoiceField(required=False, choices=[(p, p) for p in planning.PLACEMENTS])
     dtype = forms.ChoiceField(required=False, choices=[(d, d) for d in DTYPES])
     quantization = forms.CharField(required=False, max_length=40)
     kv_cache_dtype = forms.ChoiceField(required=False, choices=[(d, d) for d in KV_DTYPES])
@@ -90,6 +103,8 @@ class PlanForm(forms.Form):
             gpu_memory_utilization=data["gpu_memory_utilization"],
             concurrency=data["concurrency"],
             goal=data["goal"] or "balanced",
+            replicas=_replicas(data["replicas"]),
+            placement=data["placement"] or "spread",
         )
 
     def first_error(self) -> str:

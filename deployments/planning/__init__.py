@@ -9,6 +9,9 @@ values in. The entry points, each documented where it is defined:
 - ``Inventory`` of ``Host``s and their ``Gpu``s, or ``parse_gpus("4x80GiB@nvlink")``.
 - ``plan(spec, inventory, PlanRequest(...))`` → ``PlanResult``: ``Plan``s, best first, each with
   its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
+  ``PlanRequest.replicas`` asks for N replicas (None: as many as fit), placed ``spread`` over
+  hosts or ``packed``; a plan that fits only within the planner's error band is ``tight``, with
+  its ``tight_reasons`` (margin.py).
 - ``estimate_layout``: one TP × PP layout on identical GPUs, without an inventory.
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
@@ -24,7 +27,7 @@ from .inventory import Gpu, Host, Inventory, parse_gpus
 from .kvcache import kv_bytes_per_token
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
 from .plans import GpuRef, Plan, PlanResult
-from .request import GOALS, PlanRequest, Settings, resolve
+from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
 from .result import plan_details, plan_to_json, result_to_json
 from .search import plan
 from .sharing import share_lines, sizes_share
@@ -52,6 +55,7 @@ def estimate_layout(
 __all__ = [
     "DEFAULT_VLLM_VERSION",
     "GOALS",
+    "PLACEMENTS",
     "Gpu",
     "GpuMemory",
     "GpuRef",

@@ -3,9 +3,11 @@
 Tiers first: a layout that serves the asked context with the asked concurrency (or, when none
 was asked, with room for ``MIN_HEADROOM`` full-length requests) beats one that holds fewer, and
 both beat one that must clip the context, as vLLM itself refuses to start at a length that does
-not fit. Within a tier: the best interconnect, then fewer pipeline stages (vLLM's guidance:
+not fit. Within a tier, a layout that fits only within the planner's error band ("tight",
+margin.py) comes after one with room to spare; then the best interconnect, then fewer pipeline stages (vLLM's guidance:
 tensor parallel inside a host, pipeline stages across hosts or where TP would cross PCIe), then
 fewer GPUs per replica (``balanced``) or more replicas (``throughput``), then more KV cache.
+Of the layouts that fit nowhere, those that place more of the replicas asked for come first.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from .request import PlanRequest
 
 # Below two full-length requests at once, one long prompt makes every other request wait.
 MIN_HEADROOM = 2.0
-SERVES, TIGHT, SHORT_OF_CONCURRENCY, CLIPPED, DOES_NOT_FIT = range(5)
+SERVES, LITTLE_HEADROOM, SHORT_OF_CONCURRENCY, CLIPPED, DOES_NOT_FIT = range(5)
 RankKey = tuple[float, ...]
 
 
@@ -27,8 +29,8 @@ def tier(p: Plan, req: PlanRequest) -> int:
         return CLIPPED
     if req.concurrency is not None:
         return SERVES if p.max_concurrency >= req.concurrency else SHORT_OF_CONCURRENCY
-    tight = p.max_concurrency < MIN_HEADROOM
-    return TIGHT if tight and req.goal != "throughput" else SERVES
+    little = p.max_concurrency < MIN_HEADROOM
+    return LITTLE_HEADROOM if little and req.goal != "throughput" else SERVES
 
 
 def rank_key(p: Plan, req: PlanRequest, forced: tuple[int, int] | None) -> RankKey:
@@ -37,20 +39,25 @@ def rank_key(p: Plan, req: PlanRequest, forced: tuple[int, int] | None) -> RankK
     t = tier(p, req)
     link = p.link_rank + 6 * p.multi_host
     if t == CLIPPED:  # the longest context first: it is the nearest to what was asked
-        return (pinned, t, -p.max_model_len, p.gpus_per_replica, link)
+        return (pinned, t, p.tight, -p.max_model_len, p.gpus_per_replica, link)
     if t == SHORT_OF_CONCURRENCY:
-        return (pinned, t, -p.max_concurrency, p.gpus_per_replica, link)
+        return (pinned, t, p.tight, -p.max_concurrency, p.gpus_per_replica, link)
+    if t == DOES_NOT_FIT:
+        size = p.gpus_per_replica
+        return (pinned, t, -p.replicas, link, p.pipeline_parallel_size, size, -p.kv_cache_tokens)
     size = -p.replicas if req.goal == "throughput" else p.gpus_per_replica
-    return (pinned, t, link, p.pipeline_parallel_size, size, -p.kv_cache_tokens)
+    return (pinned, t, p.tight, link, p.pipeline_parallel_size, size, -p.kv_cache_tokens)
 
 
 def reason(plans: list[Plan], req: PlanRequest, forced: tuple[int, int] | None) -> str:
     """One sentence: why ``plans[0]``, against the question an operator asks first: why not the
     smallest layout that fits? When no smaller one fits, against the next plan that fits."""
-    if not plans or not plans[0].fits:
-        return "No layout fits on these GPUs." if plans else ""
+    if not plans:
+        return ""
     first = plans[0]
     pinned = (first.tensor_parallel_size, first.pipeline_parallel_size) == forced
+    if not first.fits:
+        return _no_fit(first, req, pinned)
     if first.context_clipped:
         return _clipped(first)
     others = [p for p in plans[1:] if p.fits]
@@ -61,6 +68,20 @@ def reason(plans: list[Plan], req: PlanRequest, forced: tuple[int, int] | None) 
     if runner is None:
         return f"{first.label} is the only layout that fits."
     return _versus(first, runner, req)
+
+
+def _no_fit(first: Plan, req: PlanRequest, pinned: bool) -> str:
+    if pinned and req.replicas and first.replicas:
+        return (
+            f"{first.label}, the layout you asked for, places {first.replicas} of "
+            f"{req.replicas} replicas ({first.reasons[0]})."
+        )
+    if req.replicas and first.replicas:
+        return (
+            f"No layout places {req.replicas} replicas on these GPUs; {first.label} places "
+            f"{first.replicas} ({first.reasons[0]})."
+        )
+    return "No layout fits on these GPUs."
 
 
 def _clipped(p: Plan) -> str:
@@ -75,6 +96,11 @@ def _versus(a: Plan, b: Plan, req: PlanRequest) -> str:
     ta, tb = tier(a, req), tier(b, req)
     if ta != tb:
         return _tier_reason(a, b, tb, req)
+    if a.tight != b.tight:
+        return (
+            f"{a.label} fits with room to spare; {b.label} fits only within the planner's "
+            f"margin ({b.tight_reasons[0]})."
+        )
     if a.link_rank + 6 * a.multi_host != b.link_rank + 6 * b.multi_host:
         where = "runs on one GPU" if a.gpus_per_replica == 1 else f"talks over {_link(a)}"
         return f"{a.label} {where}; {b.label} would talk over {_link(b)}."

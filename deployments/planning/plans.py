@@ -34,6 +34,14 @@ class Plan:
     multi_host: bool = False
     link_rank: int = 0  # worst link inside a TP group (0: NVLink)
     requested_max_model_len: int = 0  # the context asked for (the model's own by default)
+    # Why a fitting layout is within the planner's error band of a limit (margin.py).
+    tight_reasons: tuple[str, ...] = ()
+    replicas_asked: int = 0  # 0: as many as fit
+
+    @property
+    def tight(self) -> bool:
+        """Fits by the prediction, but within its error band of a limit vLLM enforces."""
+        return self.fits and bool(self.tight_reasons)
 
     @property
     def gpus_per_replica(self) -> int:

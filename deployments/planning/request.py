@@ -13,6 +13,8 @@ from .units import canonical_dtype, dtype_bytes
 from .versions import DEFAULT_VLLM_VERSION, VersionProfile, default_batching, profile_for
 
 GOALS = ("balanced", "throughput")
+PLACEMENTS = ("spread", "packed")
+MAX_REPLICAS = 4096  # as many as the largest inventory has GPUs
 KV_DTYPES = frozenset(
     {"auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
 )
@@ -40,6 +42,9 @@ class PlanRequest:
     # once, and whether to favour fewer GPUs per replica or more replicas.
     concurrency: int | None = None
     goal: str = "balanced"
+    # Replicas of the layout to place (None: as many as fit), spread over hosts or packed.
+    replicas: int | None = None
+    placement: str = "spread"
 
     def validate(self) -> None:
         """Raise PlanningError on numbers no vLLM would accept."""
@@ -47,6 +52,13 @@ class PlanRequest:
             _positive(name, getattr(self, name))
         for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "concurrency"):
             _positive(name, getattr(self, name))
+        _positive("replicas", self.replicas)
+        if self.replicas is not None and self.replicas > MAX_REPLICAS:
+            raise PlanningError(f"replicas must be at most {MAX_REPLICAS:,}, got {self.replicas:,}")
+        if self.placement not in PLACEMENTS:
+            raise PlanningError(
+                f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
+            )
         gmu = self.gpu_memory_utilization
         if gmu is not None and not 0 < gmu <= 1:
             raise PlanningError(f"gpu_memory_utilization must be in (0, 1], got {gmu}")

@@ -26,6 +26,11 @@ PLAN_KEYS = (
     "kv_cache_tokens",
     "max_concurrency",
     "command",
+    # added to the contract: GPUs of each replica, asked replicas, fits within the margin only
+    "gpus",
+    "replicas_asked",
+    "tight",
+    "tight_reasons",
 )
 
 
@@ -47,6 +52,10 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "kv_cache_tokens": p.kv_cache_tokens,
         "max_concurrency": p.max_concurrency,
         "command": list(p.command),
+        "gpus": [[{"host": g.host, "index": g.index} for g in r] for r in p.gpus],
+        "replicas_asked": p.replicas_asked,
+        "tight": p.tight,
+        "tight_reasons": list(p.tight_reasons),
     }
 
 
@@ -56,9 +65,8 @@ def result_to_json(result: PlanResult) -> dict[str, Any]:
 
 
 def plan_details(p: Plan) -> dict[str, Any]:
-    """Contract keys plus GPU ids per replica, budget/free per GPU and the final max_model_len."""
+    """Contract keys plus budget/free per GPU and the final max_model_len."""
     out = plan_to_json(p)
-    out["gpus"] = [[{"host": g.host, "index": g.index} for g in r] for r in p.gpus]
     out["max_model_len"] = p.max_model_len
     out["multi_host"] = p.multi_host
     out["context_clipped"] = p.context_clipped

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from . import choice, sharing
+from . import choice, replica_choice, sharing
 from .argv import serve_argv
 from .checks import layout_errors
 from .errors import PlanningError
@@ -124,11 +124,18 @@ def _search(s: _Search, late: Callable[[], bool]) -> tuple[list[Plan], str]:
             p = plans[0] if (tp, pp) == s.forced else s.layout(tp, pp)
             if (tp, pp) != s.forced:
                 plans.append(p)
-            if not p.gpus or tp in served:
+            if not p.gpus or tp in served or _short_for_good(p, s.usable_count):
                 steps.pop(tp, None)
             elif choice.tier(p, s.req) == choice.SERVES:
                 served.add(tp)  # one more stage still: it may be the runner-up the reason names
     return plans, ""
+
+
+def _short_for_good(p: Plan, usable: int) -> bool:
+    """Short of the replicas asked, and one more stage (more GPUs each) could place no more."""
+    if not p.replicas_asked or p.replicas >= p.replicas_asked:
+        return False
+    return usable // (p.gpus_per_replica + p.tensor_parallel_size) <= p.replicas
 
 
 def _next_round(steps: dict[int, Iterator[int]]) -> list[tuple[int, int]]:
@@ -198,37 +205,63 @@ def _plan_layout(
     placed = replicas(groups, pp, multi_host=True)
     if not placed:
         return _unplaced(spec, inv, req, usable, tp, pp)
+    placed = replica_choice.ordered(placed, req.placement)
     judged = _judge_replicas(spec, req, tp, pp, placed)
-    fitting = [j for j in judged if j[1].fits]
-    replica, layout, s = max(fitting, key=lambda j: sharing.serves(j[1], req), default=judged[0])
-    chosen = [replica] + [r for r, _, _ in fitting if r is not replica]
-    return _finish(inv, req, s, layout, chosen if fitting else [replica])
+    # A replica that holds the stated load on what its GPUs have free leads (stable: the
+    # placement order stays among those alike); those after it run its command.
+    judged.sort(key=lambda j: not sharing.serves(j[1], req))
+    chosen = replica_choice.take(judged, req)
+    _, layout, s = chosen[0] if chosen else judged[0]
+    short = ""
+    if chosen and req.replicas and len(chosen) < req.replicas:
+        short = replica_choice.short_reason(judged, chosen, usable, inv, req)
+    tight = replica_choice.tight(spec, req, chosen)
+    placed = [r for r, _, _ in chosen] or [judged[0][0]]
+    return _finish(inv, req, s, layout, placed, short=short, tight=tight)
+
+
+# GPU sizes and free bytes, NVLink, kind, --max-num-seqs
+_JudgeKey = tuple[tuple[tuple[int, int], ...], bool, str, int]
 
 
 def _judge_replicas(
     spec: ModelSpec, req: PlanRequest, tp: int, pp: int, placed: list[Replica]
 ) -> list[tuple[Replica, LayoutMemory, Settings]]:
     """Each replica judged on its own GPUs (GPUs alike in size and free memory are judged
-    once); a share sized for a stated load is sized on the replica's own free memory."""
-    seen: dict[tuple[tuple[tuple[int, int], ...], bool, str], tuple[LayoutMemory, Settings]] = {}
+    once); a share sized for a stated load is sized on the replica's own free memory. All run
+    the first fitting replica's command, so those after it are judged with its --max-num-seqs."""
+    seen: dict[_JudgeKey, tuple[LayoutMemory, Settings]] = {}
+    pin = 0
     out = []
     for replica in placed:
         gpus = [gpu for _, gpu in replica.gpus]
         nvlink = all(g.quality == 0 for g in replica.stages)
         smallest = min(gpus, key=lambda g: g.total_bytes)
-        key = (tuple((g.total_bytes, g.free_bytes) for g in gpus), nvlink, smallest.name)
+        key = (tuple((g.total_bytes, g.free_bytes) for g in gpus), nvlink, smallest.name, pin)
         if key not in seen:
             s = resolve(spec, req, smallest.total_bytes, smallest.name)
+            s = replace(s, max_num_seqs=pin) if pin and s.max_num_seqs != pin else s
             s = sharing.sized(spec, req, s, tp=tp, pp=pp, gpus=gpus, nvlink=nvlink)
             totals = [g.total_bytes for g in gpus]
             layout = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=totals, nvlink=nvlink)
             seen[key] = sharing.explain(layout, req, s, gpus), s
-        out.append((replica, *seen[key]))
+        layout, s = seen[key]
+        if not pin and layout.fits:
+            pin = s.max_num_seqs
+            seen[(*key[:3], pin)] = seen[key]  # GPUs alike after it: the same judgement
+        out.append((replica, layout, s))
     return out
 
 
 def _finish(
-    inv: Inventory, req: PlanRequest, s: Settings, layout: LayoutMemory, placed: list[Replica]
+    inv: Inventory,
+    req: PlanRequest,
+    s: Settings,
+    layout: LayoutMemory,
+    placed: list[Replica],
+    *,
+    short: str,
+    tight: tuple[str, ...],
 ) -> Plan:
     first = placed[0]
     multi = first.multi_host
@@ -239,8 +272,8 @@ def _finish(
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
         replicas=count,
-        fits=layout.fits,
-        reasons=layout.reasons,
+        fits=layout.fits and not short,
+        reasons=(short, *layout.reasons) if short else layout.reasons,
         warnings=layout.warnings + _link_warnings(inv, first),
         per_gpu=layout.per_gpu,
         kv_cache_tokens=layout.kv_cache_tokens,
@@ -251,6 +284,8 @@ def _finish(
         multi_host=multi,
         link_rank=max(g.quality for g in first.stages),
         requested_max_model_len=layout.requested_max_model_len,
+        tight_reasons=tight,
+        replicas_asked=req.replicas or 0,
     )
 
 
@@ -282,6 +317,8 @@ def _unplaced(
         why = f"tensor parallel size {tp} needs {tp} usable GPUs on one host; the most is {widest}"
     else:
         why = f"needs {tp * pp} GPUs; only {idle} are idle with enough free memory"
+    if req.replicas:
+        why = f"replica 1 of {req.replicas}: {why}"
     probe = next((h.gpus[0] for h in inv.hosts if h.gpus), None)
     total = probe.total_bytes if probe else 0
     s = resolve(spec, req, total, probe.name if probe else "")
@@ -303,4 +340,5 @@ def _unplaced(
         (),
         layout.max_model_len,
         requested_max_model_len=layout.requested_max_model_len,
+        replicas_asked=req.replicas or 0,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from . import margin
 from .inventory import Gpu, Inventory
 from .kvcache import stage_kv
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
@@ -23,7 +24,8 @@ from .spec import ModelSpec
 from .units import GIB, MIB
 
 # KV cache sized above the stated load: the memory model's error on the non-KV part (within
-# a few hundred MiB on the recorded cases) comes out of the KV cache, never out of the load.
+# a few hundred MiB on the recorded cases) comes out of the KV cache, never out of the load;
+# and never less than the error band margin.py marks a fit as tight within.
 LOAD_MARGIN = 0.10
 MIN_MARGIN_BYTES = 512 * MIB
 GMU_STEP = 0.01  # the flag is written with two decimals, rounded up
@@ -141,7 +143,12 @@ def _rank_need(
         spec, tp=tp, pp=pp, pp_rank=stage, block_size=s.block_size, element_bytes=s.kv_element_bytes
     )
     load_bytes = load * kv.request_bytes(s.max_model_len, s.max_num_batched_tokens)
-    return fixed + load_bytes + max(math.ceil(LOAD_MARGIN * load_bytes), MIN_MARGIN_BYTES)
+    # At least the planner's own error band (margin.py, taken at the probe's larger budget), so
+    # that a share sized for the load is never a tight fit of it.
+    error_band = margin.band(s.profile, mem).kv_bytes
+    return (
+        fixed + load_bytes + max(math.ceil(LOAD_MARGIN * load_bytes), MIN_MARGIN_BYTES, error_band)
+    )
 
 
 def left_out(inv: Inventory, usable: dict[str, list[Gpu]]) -> list[Gpu]:

@@ -127,18 +127,21 @@
     body.replaceChildren();
     for (const a of list || []) {
       const row = body.insertRow();
-      row.className = a.chosen ? "chosen" : a.fits ? "" : "rejected";
+      row.className = (a.chosen ? "chosen" : a.fits ? "" : "rejected") + (a.tight ? " tight" : "");
       cell(row, a.tensor_parallel_size + " × " + a.pipeline_parallel_size);
       cell(row, a.replicas).className = "num";
       cell(row, a.kv_cache_tokens_text).className = "num";
       cell(row, a.max_concurrency_text).className = "num";
+      const margin = "fits only within the planner's margin";
       const verdict = a.chosen
-        ? "chosen"
+        ? "chosen" + (a.tight ? ", " + margin : "")
         : a.fits && a.context_clipped
           ? "fits only with the context clipped to " + a.max_model_len + " tokens"
-          : a.fits
-            ? "fits, ranked lower"
-            : "rejected: " + a.reasons.join(" ");
+          : a.fits && a.tight
+            ? margin + ": " + a.tight_reasons.join(" ")
+            : a.fits
+              ? "fits, ranked lower"
+              : "rejected: " + a.reasons.join(" ");
       const td = cell(row, verdict);
       for (const w of a.warnings) {
         const div = document.createElement("div");
@@ -149,27 +152,24 @@
     }
   }
 
-  function drawWarnings(warnings) {
-    const list = document.getElementById("plan-warnings");
+  function drawList(id, items, className) {
+    const list = document.getElementById(id);
     if (!list) return;
     list.replaceChildren();
-    for (const w of warnings || []) {
+    for (const item of items || []) {
       const li = document.createElement("li");
-      li.className = "banner warn";
-      li.textContent = w;
+      if (className) li.className = className;
+      li.textContent = item;
       list.appendChild(li);
     }
   }
 
   function drawShares(lines) {
-    const list = document.getElementById("plan-shares");
-    if (!list) return;
-    list.replaceChildren();
-    for (const line of lines || []) {
-      const li = document.createElement("li");
-      li.textContent = line;
-      list.appendChild(li);
-    }
+    drawList("plan-shares", lines);
+  }
+
+  function drawWarnings(warnings) {
+    drawList("plan-warnings", warnings, "banner warn");
   }
 
   function launchNote(payload, targetIsHost, online) {
@@ -223,8 +223,10 @@
     const kv = text("kv-tokens", plan ? plan.kv_cache_tokens.toLocaleString("en-US") : "—");
     kv.dataset.value = plan ? plan.kv_cache_tokens : 0;
     text("max-concurrency", plan ? plan.max_concurrency_text + "×" : "—");
-    const replicas = plan ? "room for " + plan.replicas + (plan.replicas === 1 ? " replica" : " replicas") : "";
+    const replicas = plan ? plan.replicas_text + (plan.tight ? " (tight)" : "") : "";
     text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
+    drawBanner("plan-tight", plan && plan.tight_text);
+    drawList("plan-replicas", plan ? plan.replica_rows : [], "");
     text("plan-context", plan ? plan.max_model_len + " tokens" : "—");
     text("plan-ms", payload.server_ms !== undefined ? payload.server_ms + " ms" : "—");
     for (const key of ["vllm", "docker", "kubernetes"]) {

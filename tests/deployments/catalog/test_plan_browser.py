@@ -150,6 +150,27 @@ def test_hub_model_on_a_registered_host(
     replanned(page, lambda: page.fill("#plan-form input[name=concurrency]", ""))
     replanned(page, lambda: page.fill("#plan-form input[name=max_model_len]", ""))
 
+    # Three replicas: TP 4 places only two on eight GPUs, so TP 2, listed replica by replica.
+    replanned(page, lambda: page.fill("#plan-form input[name=replicas]", "3"))
+    assert layout(page) == "TP 2 × PP 1, 3 of 3 replicas placed"
+    assert page.locator("#plan-replicas li").all_inner_texts() == [
+        "replica 1: what-if GPUs 0, 1",
+        "replica 2: what-if GPUs 2, 3",
+        "replica 3: what-if GPUs 4, 5",
+    ]
+    replanned(page, lambda: page.fill("#plan-form input[name=replicas]", ""))
+    assert (
+        page.locator("#plan-replicas li").count() == 2 and page.locator("#plan-tight").is_hidden()
+    )
+
+    # At gpu_memory_utilization 1 nothing is left outside the budget: a tight fit, said so.
+    replanned(page, lambda: page.fill("#plan-form input[name=gpu_memory_utilization]", "1"))
+    assert layout(page).endswith("(tight)")
+    assert page.locator("#plan-tight").inner_text().startswith("Tight fit: vLLM should start")
+    assert "fits only within the planner's margin" in page.locator("tr.chosen").inner_text()
+    replanned(page, lambda: page.fill("#plan-form input[name=gpu_memory_utilization]", ""))
+    assert page.locator("#plan-tight").is_hidden()
+
     # Back on the host, Launch: a simulated host serves local models only, and says so.
     replanned(page, lambda: page.select_option("#plan-target-select", HOST))
     assert page.locator("#launch-button").is_enabled()

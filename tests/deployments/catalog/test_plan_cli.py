@@ -24,6 +24,10 @@ PLAN_KEYS = {
     "kv_cache_tokens",
     "max_concurrency",
     "command",
+    "gpus",
+    "replicas_asked",
+    "tight",
+    "tight_reasons",
 }
 GPU_KEYS = {
     "weights_bytes",
@@ -51,6 +55,43 @@ def test_json_contract(model_dir):
     assert len(first["per_gpu"]) == 2 and all(set(g) == GPU_KEYS for g in first["per_gpu"])
     assert all(isinstance(v, int) for g in first["per_gpu"] for v in g.values())
     assert first["command"][:3] == ["vllm", "serve", str(model_dir)]
+    assert first["gpus"] == [[{"host": "local", "index": 0}, {"host": "local", "index": 1}]]
+    assert (first["replicas_asked"], first["tight"], first["tight_reasons"]) == (0, False, [])
+
+
+# (--replicas, --placement) -> (replicas placed, replicas asked, host of each replica)
+REPLICAS = [
+    ({}, (8, 0, ["local-1", "local-2"] * 4)),
+    ({"replicas": "max", "placement": "packed"}, (8, 0, ["local-1"] * 4 + ["local-2"] * 4)),
+    ({"replicas": "3"}, (3, 3, ["local-1", "local-2", "local-1"])),
+    ({"replicas": 3, "placement": "packed"}, (3, 3, ["local-1"] * 3)),
+]
+
+
+@pytest.mark.parametrize(("options", "expected"), REPLICAS)
+def test_replicas_in_json(model_dir, options, expected):
+    out = run_plan({"model": str(model_dir), "gpus": "2x4x80GiB", "json": True, **options})
+    first = json.loads(out)["plans"][0]
+    hosts = [replica[0]["host"] for replica in first["gpus"]]
+    assert (first["replicas"], first["replicas_asked"], hosts) == expected
+
+
+def test_a_replica_that_cannot_be_placed_in_human_output(model_dir):
+    text = run_plan(
+        {"model": str(model_dir), "gpus": "3x3x80GiB", "tp": 2, "replicas": "4"}
+    ).splitlines()
+    assert text[0].startswith("TP=2 PP=1 replicas=3 of 4 asked: does NOT fit")
+    assert (
+        "reason: replica 4 of 4: no host has 2 usable GPUs left for a tensor-parallel group "
+        "(the most left on one host is 1)"
+    ) in text
+    assert "replicas on: 1 local-1:0,1 · 2 local-2:0,1 · 3 local-3:0,1" in text
+
+
+def test_a_tight_plan_in_human_output(model_dir):
+    text = run_plan({"model": str(model_dir), "gpus": "1x80GiB", "gpu_memory_utilization": 1.0})
+    assert ": fits, TIGHT; KV cache" in text.splitlines()[0]
+    assert "tight: leaves 0.00 GiB of a 80.00 GiB GPU outside gpu_memory_utilization 1" in text
 
 
 def test_human_output(model_dir):
@@ -78,6 +119,10 @@ def test_human_output_says_what_each_gpu_keeps_free(model_dir):
         {"gpus": "1x80GiB", "max_model_len": 0},
         {"gpus": "banana"},
         {"gpus": "1x80GiB", "vllm_version": "x"},
+        {"gpus": "1x80GiB", "replicas": "banana"},
+        {"gpus": "1x80GiB", "replicas": "0"},
+        {"gpus": "1x80GiB", "replicas": "-2"},
+        {"gpus": "1x80GiB", "placement": "diagonal"},
     ],
 )
 def test_bad_input_is_one_line(model_dir, options):
@@ -152,7 +197,14 @@ def test_manage_py_json(model_dir):
 
 @pytest.mark.skipif(not (ROOT / "manage.py").exists(), reason="no manage.py yet")
 @pytest.mark.parametrize(
-    "args", [("/no/such/folder", "--gpus", "1x80GiB"), ("x", "--tp", "two"), ("x", "--gpus", "?")]
+    "args",
+    [
+        ("/no/such/folder", "--gpus", "1x80GiB"),
+        ("x", "--tp", "two"),
+        ("x", "--gpus", "?"),
+        ("x", "--gpus", "1x80GiB", "--replicas", "some"),
+        ("x", "--gpus", "1x80GiB", "--placement", "diagonal"),
+    ],
 )
 def test_manage_py_bad_input_exits_2(args):
     done = manage(*args)

@@ -138,3 +138,81 @@ def test_a_partly_reserved_gpu_is_planned_with_what_is_left_and_explained(
     assert shares[1].startswith("Reserves 20 GiB of GPU 0 (80 GiB), where 40 GiB is already held")
     assert shares[1].endswith("; 20 GiB stays free for other deployments.")
     assert sized["plan"]["launch"]["concurrency"] == "4"
+
+
+def test_replicas_and_placement_reach_the_planner(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    params = {"ref": QWEN, "gpus": "2x4x80GiB@nvlink", "replicas": "3"}
+    spread = client.get("/models/plan/", params).json()["plan"]
+    assert (spread["replicas"], spread["replicas_asked"]) == (3, 3)
+    assert spread["replicas_text"] == "3 of 3 replicas placed"
+    assert spread["replica_rows"] == [
+        "replica 1: what-if-1 GPU 0",
+        "replica 2: what-if-2 GPU 0",
+        "replica 3: what-if-1 GPU 1",
+    ]
+    packed = client.get("/models/plan/", {**params, "placement": "packed"}).json()["plan"]
+    assert [r.split(" GPU")[0] for r in packed["replica_rows"]] == [
+        "replica 1: what-if-1",
+        "replica 2: what-if-1",
+        "replica 3: what-if-1",
+    ]
+    most = client.get("/models/plan/", {**params, "replicas": "max"}).json()["plan"]
+    assert (most["replicas"], most["replicas_text"]) == (8, "room for 8 replicas")
+    assert most["replica_rows"][-1] == "replica 8: what-if-2 GPU 3"
+
+
+def test_replicas_on_a_registered_host(client: Client, viewer: Any, hub: HubStub) -> None:
+    make_host("four", 4)
+    login_client(client, viewer)
+    data = client.get(
+        "/models/plan/", {"ref": QWEN, "target": "four", "replicas": "2", "placement": "packed"}
+    ).json()
+    assert data["ok"] and data["plan"]["replica_rows"] == [
+        "replica 1: four GPU 0",
+        "replica 2: four GPU 1",
+    ]
+
+
+def test_a_replica_that_cannot_be_placed_is_the_panels_error(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    params = {"ref": BIG, "gpus": "3x3x80GiB@nvlink", "replicas": "4", "tensor_parallel_size": 2}
+    data = client.get("/models/plan/", params).json()
+    assert not data["ok"]
+    assert data["error"] == (
+        "replica 4 of 4: no host has 2 usable GPUs left for a tensor-parallel group (the most "
+        "left on one host is 1)"
+    )
+    assert data["plan"]["replicas_text"] == "3 of 4 replicas placed"
+    assert data["reason"].startswith("TP 2 × PP 1, the layout you asked for, places 3 of 4")
+
+
+def test_a_tight_plan_says_so(client: Client, viewer: Any, hub: HubStub) -> None:
+    login_client(client, viewer)
+    params = {"ref": QWEN, "gpus": "1x80GiB", "gpu_memory_utilization": "1"}
+    data = client.get("/models/plan/", params).json()
+    assert data["ok"] and data["plan"]["tight"]
+    assert data["plan"]["tight_text"].startswith(
+        "Tight fit: vLLM should start, but the prediction is within its error margin of a "
+        "limit, so it may not: leaves 0.00 GiB of a 80.00 GiB GPU outside"
+    )
+    chosen = next(a for a in data["alternatives"] if a["chosen"])
+    assert chosen["tight"] and chosen["tight_reasons"] == data["plan"]["tight_reasons"]
+    roomy = client.get("/models/plan/", {**params, "gpu_memory_utilization": ""}).json()
+    assert roomy["plan"]["tight"] is False and roomy["plan"]["tight_text"] == ""
+
+
+def test_bad_replicas_and_placement_are_400(client: Client, viewer: Any, hub: HubStub) -> None:
+    login_client(client, viewer)
+    params = {"ref": QWEN, "gpus": "2x80GiB"}
+    for extra, words in [
+        ({"replicas": "lots"}, "replicas: enter a whole number of replicas, or max"),
+        ({"replicas": "0"}, "replicas: enter a whole number of replicas, or max"),
+        ({"placement": "diagonal"}, "placement:"),
+    ]:
+        bad = client.get("/models/plan/", {**params, **extra})
+        assert bad.status_code == 400 and bad.json()["error"].startswith(words), bad.json()

@@ -1,0 +1,164 @@
+"""How sure a fit is: the planner's error band, and layouts that fit only inside it ("tight").
+
+The band comes from ``bench/planner_accuracy.py`` on ``../shared/planner-cases``: over the
+nine start-ups there (0.17.0 and 0.19.0 on 79.19 GiB H100s) the predicted KV cache is off by
+-0.038 to +0.055 GiB, at most 0.074 % of the memory budget. Nine start-ups of one GPU kind
+say little about run-to-run and driver differences in the memory outside PyTorch (the CUDA
+context, NCCL buffers: hundreds of MiB), so the band is about seven times that worst error,
+0.5 % of the budget, and never under 256 MiB.
+
+Versions keep their own rules where their profiling differs. Before 0.21 vLLM captures the
+CUDA graphs after sizing the KV cache, outside ``gpu_memory_utilization``: the graph pool is
+what may run the GPU out of memory once the cache is allocated (the logs show 0.5-1.9 GiB of
+graphs where the planner predicts 0.3-0.7), so the memory left beyond the budget must hold
+the band plus the predicted pool again. From 0.21 vLLM takes its own estimate of the pool
+from the KV budget; no case checks that estimate, so half the predicted pool widens the
+KV band instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .inventory import Gpu
+from .kvcache import stage_kv
+from .memory import GpuMemory, LayoutMemory
+from .request import Settings
+from .spec import ModelSpec
+from .units import MIB, gib
+from .versions import VersionProfile
+
+FLOOR_BYTES = 256 * MIB
+BUDGET_FRACTION = 0.005
+GRAPHS_IN_BUDGET_SHARE = 0.5  # >= 0.21: vLLM's own graph estimate comes out of the KV cache
+GRAPHS_OUTSIDE_SHARE = 1.0  # < 0.21: the pool above the budget may be twice the prediction
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """± bytes on one GPU's predicted KV cache and on what it leaves free beyond the budget."""
+
+    kv_bytes: int
+    outside_bytes: int
+
+
+def band(profile: VersionProfile, mem: GpuMemory) -> Band:
+    """The error band of one rank's prediction, by the rules of the target vLLM version."""
+    base = max(FLOOR_BYTES, round(BUDGET_FRACTION * mem.budget_bytes))
+    if profile.cuda_graphs_in_budget:
+        return Band(base + round(GRAPHS_IN_BUDGET_SHARE * mem.cuda_graph_bytes), base)
+    return Band(base, base + round(GRAPHS_OUTSIDE_SHARE * mem.cuda_graph_bytes))
+
+
+def layout_tight(
+    spec: ModelSpec, s: Settings, layout: LayoutMemory, *, requests: int
+) -> tuple[str, ...]:
+    """Why a fitting layout is within the band of a limit; empty when it has room to spare.
+
+    ``requests``: the full-length requests it must hold at once (vLLM itself insists on one).
+    """
+    if not layout.fits:
+        return ()
+    out = (_kv(spec, s, layout, requests), _outside(s, layout.per_gpu))
+    return tuple(r for r in out if r)
+
+
+def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> str:
+    tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
+    length = layout.max_model_len
+    worst: tuple[int, int, int, int] | None = None  # (room, need, stage, rank)
+    for stage in range(pp):
+        rank = stage * tp
+        mem = layout.per_gpu[rank]
+        kv = stage_kv(
+            spec,
+            tp=tp,
+            pp=pp,
+            pp_rank=stage,
+            block_size=s.block_size,
+            element_bytes=s.kv_element_bytes,
+        )
+        need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
+        room = mem.kv_cache_bytes - need - band(s.profile, mem).kv_bytes
+        if worst is None or room < worst[0]:
+            worst = (room, need, stage, rank)
+    if worst is None or worst[0] >= 0 or layout.per_gpu[worst[3]].kv_cache_bytes < worst[1]:
+        return ""
+    _, need, stage, rank = worst
+    mem = layout.per_gpu[rank]
+    what = (
+        f"one {length:,}-token request"
+        if requests == 1
+        else f"{requests} requests of {length:,} tokens"
+    )
+    where = f" on pipeline stage {stage + 1} of {pp}" if pp > 1 else ""
+    text = (
+        f"needs {gib(need):.2f} GiB of KV cache for {what}{where}; predicted "
+        f"{gib(mem.kv_cache_bytes):.2f} ± {gib(band(s.profile, mem).kv_bytes):.2f} GiB"
+    )
+    shorter = comfortable_length(spec, s, layout, requests=requests)
+    if 0 < shorter < length:
+        text += f"; a context of {shorter:,} tokens would leave that margin"
+    return text
+
+
+def _outside(s: Settings, per_gpu: tuple[GpuMemory, ...]) -> str:
+    """What the GPU keeps beyond the budget (and, before 0.21, beyond the graph pool)."""
+    mem = min(per_gpu, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
+    b = band(s.profile, mem)
+    if mem.free_bytes >= b.outside_bytes:
+        return ""
+    gmu = s.gpu_memory_utilization
+    if s.profile.cuda_graphs_in_budget:
+        return (
+            f"leaves {gib(mem.free_bytes):.2f} GiB of a {gib(mem.gpu_total_bytes):.2f} GiB GPU "
+            f"outside gpu_memory_utilization {gmu:g}; the planner's margin is "
+            f"{gib(b.outside_bytes):.2f} GiB"
+        )
+    return (
+        f"leaves {gib(mem.free_bytes):.2f} GiB of a {gib(mem.gpu_total_bytes):.2f} GiB GPU free "
+        f"after the {gib(mem.budget_bytes):.2f} GiB budget and {gib(mem.cuda_graph_bytes):.2f} "
+        f"GiB of CUDA graphs, which vLLM {s.profile.label} captures outside "
+        f"gpu_memory_utilization; the planner's margin is {gib(b.outside_bytes):.2f} GiB"
+    )
+
+
+def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, Gpu]]) -> str:
+    """vLLM refuses to start unless a device has gmu × total free: GPUs partly in use whose
+    free memory is within the band of that ("" when none is)."""
+    worst: tuple[int, str, Gpu, GpuMemory] | None = None
+    for mem, (host, gpu) in zip(layout.per_gpu, gpus, strict=False):
+        if gpu.free_bytes >= gpu.total_bytes:
+            continue  # nothing else on it: the budget check above covers it
+        room = gpu.free_bytes - mem.budget_bytes - band(s.profile, mem).outside_bytes
+        if room < 0 and gpu.free_bytes >= mem.budget_bytes and (worst is None or room < worst[0]):
+            worst = (room, host, gpu, mem)
+    if worst is None:
+        return ""
+    _, host, gpu, mem = worst
+    return (
+        f"vLLM checks at start that {gib(mem.budget_bytes):.2f} GiB "
+        f"({s.gpu_memory_utilization:g} × {gib(gpu.total_bytes):.2f} GiB) are free on GPU "
+        f"{host}:{gpu.index}; it has {gib(gpu.free_bytes):.2f} GiB free, within the planner's "
+        f"margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB"
+    )
+
+
+def comfortable_length(spec: ModelSpec, s: Settings, layout: LayoutMemory, *, requests: int) -> int:
+    """The longest context (whole blocks) whose KV cache leaves the band free on every stage."""
+    tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
+    best = layout.max_model_len
+    for stage in range(pp):
+        mem = layout.per_gpu[stage * tp]
+        kv = stage_kv(
+            spec,
+            tp=tp,
+            pp=pp,
+            pp_rank=stage,
+            block_size=s.block_size,
+            element_bytes=s.kv_element_bytes,
+        )
+        room = (mem.kv_cache_bytes - band(s.profile, mem).kv_bytes) // max(requests, 1)
+        best = min(best, kv.longest_fitting_len(room, s.max_num_batched_tokens))
+    return best // s.block_size * s.block_size
