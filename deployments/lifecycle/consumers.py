@@ -64,11 +64,11 @@ class EngineLogConsumer(RoleConsumer):
             self.last_key = enginelog.id_key(self.after)
         await super().connect()
 
-    async def on_accepted(self, user: Any) -> None:
+    async def refusal(self, user: Any) -> int | None:
         exists = await database_sync_to_async(Deployment.objects.filter(pk=self.pk).exists)()
-        if not exists:
-            await self.close(code=4404)
-            return
+        return None if exists else 4404
+
+    async def on_accepted(self, user: Any) -> None:
         self.pending = []
         self.channel = enginelog.channel(self.pk)
         await live.hub().join(self.channel, self)
