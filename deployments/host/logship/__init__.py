@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import cache
 from pathlib import Path
 
 import redis
 from django.conf import settings
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from deployments import enginelog, sealed
 from deployments.host import supervisor as sv
@@ -35,9 +38,18 @@ def masker_for(d: Deployment) -> Masker:
     return Masker([d.engine_api_key(), hub_token, settings.HF_TOKEN])
 
 
+@cache
+def _shipping_client(url: str) -> redis.Redis:
+    """Fails fast: redis-py's default retries take seconds, and a line that cannot be shipped
+    now is dropped anyway (the host's file keeps it); the next pass tries again."""
+    return redis.Redis.from_url(
+        url, socket_connect_timeout=1, socket_timeout=5, retry=Retry(NoBackoff(), 1)
+    )
+
+
 def follow(d: Deployment, log_path: Path, *, resume: bool = False) -> Follower:
     """Ship `log_path` from its start, or (`resume`) from where an earlier worker stopped."""
-    client = enginelog.client()
+    client = _shipping_client(settings.REDIS_URL)
     start = _saved_offset(client, d.pk, log_path) if resume else 0
     try:
         client.persist(enginelog.stream_key(d.pk))  # a restart after the last run ended
@@ -99,7 +111,7 @@ def _saved_offset(client: redis.Redis, pk: int, log_path: Path) -> int:
 
 def _expire(pk: int) -> None:
     try:
-        pipe = enginelog.client().pipeline(transaction=False)
+        pipe = _shipping_client(settings.REDIS_URL).pipeline(transaction=False)
         pipe.expire(enginelog.stream_key(pk), enginelog.ENDED_TTL_S)
         pipe.expire(enginelog.position_key(pk), enginelog.ENDED_TTL_S)
         pipe.execute()

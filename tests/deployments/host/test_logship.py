@@ -11,10 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from deployments import enginelog
-from deployments.host.logship import _saved_offset
+from deployments.host.logship import _saved_offset, _shipping_client
 from deployments.host.logship.cleaning import (
     MAX_LINE_CHARS,
     LineSplitter,
@@ -163,7 +162,7 @@ def test_resumes_where_an_earlier_worker_stopped(pk: int, tmp_path: Path) -> Non
 def test_redis_down_costs_the_engine_nothing(pk: int, tmp_path: Path) -> None:
     path = tmp_path / "engine.log"
     path.write_text("a\n")
-    down = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    down = _shipping_client("redis://127.0.0.1:1/0")  # as the host worker's, retries and all
     ship = follower(pk, path, client=down).start()
     started = time.monotonic()
     with path.open("a") as engine:  # an engine writing to its file never waits on the shipper
@@ -173,3 +172,21 @@ def test_redis_down_costs_the_engine_nothing(pk: int, tmp_path: Path) -> None:
     wait_for(lambda: ship.dropped_lines >= 20_001, timeout_s=20)
     assert ship.stop(5) and ship.shipped_lines == 0
     assert path.read_text().count("\n") == 20_001  # the host's own file keeps every line
+
+
+def test_a_flood_is_skipped_not_chased(pk: int, tmp_path: Path) -> None:
+    path = tmp_path / "engine.log"
+    path.write_text("".join(f"flood line {i:07d} " + "x" * 40 + "\n" for i in range(120_000)))
+    ship = follower(pk, path).start()
+    try:
+        wait_for(lambda: any("flood line 0119999" in t for t in stream_texts(pk)), timeout_s=20)
+    finally:
+        assert ship.stop(5)
+    texts = stream_texts(pk)
+    notes = [t for t in texts if t.startswith("[shardboard] ")]
+    assert len(notes) == 1 and "bytes of engine output skipped" in notes[0], notes
+    assert ship.skipped_bytes > path.stat().st_size - 300 * 1024
+    assert ship.shipped_lines < 6000  # the last RESUME_BYTES of it, not 120,000 lines
+    after_note = texts[texts.index(notes[0]) + 1 :]
+    assert after_note[0].startswith("flood line ") and len(after_note[0]) == 59  # a whole line
+    assert after_note[-1].startswith("flood line 0119999")
