@@ -4,15 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0003_restarts_and_hub_token'),
+        ("deployments", "0003_restarts_and_hub_token"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='deployment',
-            name='log_tail',
-            field=models.TextField(blank=True, help_text="the engine's last lines, secrets masked, saved when it ended"),
+            model_name="deployment",
+            name="log_tail",
+            field=models.TextField(
+                blank=True, help_text="the engine's last lines, secrets masked, saved when it ended"
+            ),
         ),
     ]
