@@ -131,7 +131,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     if not transitions.move(d, Status.STARTING, reason, **fields):
         sv.stop(handle, settings.SHARDBOARD_STOP_GRACE_S)  # stopped before it began
         return {"skipped": "stopped before start"}
-    logship.follow(d, log_path)
+    logship.follow(d, log_path, first=not log_suffix)
     _attach_simulated(d)
     return _await_ready(d, handle, command)
 

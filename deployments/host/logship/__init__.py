@@ -47,12 +47,19 @@ def _shipping_client(url: str) -> redis.Redis:
     )
 
 
-def follow(d: Deployment, log_path: Path, *, resume: bool = False) -> Follower:
-    """Ship `log_path` from its start, or (`resume`) from where an earlier worker stopped."""
+def follow(d: Deployment, log_path: Path, *, first: bool = False, resume: bool = False) -> Follower:
+    """Ship `log_path` from its start, or (`resume`) from where an earlier worker stopped.
+
+    A `first` engine of a deployment starts a new stream: one left under the same id by an
+    earlier database (ids start again when it is created anew) is not this deployment's.
+    """
     client = _shipping_client(settings.REDIS_URL)
     start = _saved_offset(client, d.pk, log_path) if resume else 0
     try:
-        client.persist(enginelog.stream_key(d.pk))  # a restart after the last run ended
+        if first:
+            client.delete(enginelog.stream_key(d.pk), enginelog.position_key(d.pk))
+        else:
+            client.persist(enginelog.stream_key(d.pk))  # a restart after the last run ended
     except redis.RedisError as exc:
         log.warning("engine log of deployment %s: Redis unreachable (%s)", d.pk, exc)
     follower = Follower(

@@ -73,12 +73,15 @@ async def test_socket_is_authenticated_and_checked(
 async def test_backfill_then_live_lines_never_twice(running: Deployment, viewer: Any) -> None:
     d = running
     await sync_to_async(engine_writes)(d, "loading weights", "ready", "GET /health 200")
-    await sync_to_async(logship.follow)(d, Path(d.log_path))
+    stale = {"l": "a line of another deployment that had this id in an earlier database"}
+    await sync_to_async(enginelog.client().xadd)(enginelog.stream_key(d.pk), stale)
+    await sync_to_async(logship.follow)(d, Path(d.log_path), first=True)
     first = await sync_to_async(shipped)(d, 3)
     headers = await ws_headers(viewer)
     comm, _ = await connect(f"/ws/deployments/{d.pk}/log/", headers)
     backfill = await comm.receive_json_from(timeout=5)
     assert backfill == {"type": "log.lines", "lines": [list(x) for x in first]}
+    assert [t for _, t in first] == ["loading weights", "ready", "GET /health 200"]
     key = d.engine_api_key()
     await sync_to_async(engine_writes)(d, f"GET /health?key={key} 200", "POST /v1/completions 200")
     live = await comm.receive_json_from(timeout=5)

@@ -95,6 +95,7 @@ def test_lines_reach_the_web_server_from_another_host(
         )
     )
     assert first["live"] and first["last_id"]
+    assert first["log"].count("Uvicorn running on") == 1  # this engine's lines only
     page = httpx.get(f"{asgi_server.url}/deployments/{d.pk}/", cookies=cookies).text
     assert "Uvicorn running on" in page and 'data-live="1"' in page
 
@@ -144,6 +145,7 @@ def test_detail_page_shows_the_engine_lines_live(
     assert page.evaluate("() => window.notReloaded === true")  # arrived live, not by a reload
     text = page.locator("#log").text_content()
     assert d.engine_api_key() not in text and HUB_LIKE_TOKEN not in text
+    assert text.count("Uvicorn running on") == 1 and text.count(marker) == 1
     page.screenshot(path=str(tmp_path / "detail-live-log.png"), full_page=True)
 
     page.once("dialog", lambda dialog: dialog.accept())

@@ -99,6 +99,13 @@ def test_engine_killed_is_failed_quickly(worker, operator) -> None:
     assert "signal 9 (SIGKILL)" in d.failure_reason  # the worker spawned it: the real status
     assert "unknown status" not in d.failure_reason
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+    # The page of the failed deployment: the diagnosis and the tail saved on the row.
+    assert "Application startup complete." in d.log_tail and d.diagnosis["title"]
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert 'id="diagnosis"' in page and "Application startup complete." in page
+    assert "saved when it ended" in page
 
 
 def test_engine_terminated_from_outside_names_sigterm(worker, operator) -> None:
