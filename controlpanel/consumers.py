@@ -29,8 +29,15 @@ class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channel
         if not await database_sync_to_async(has_role)(user, self.required_role):
             await self.close(code=4403)
             return
+        if (code := await self.refusal(user)) is not None:
+            await self.close(code=code)
+            return
         await self.accept()
         await self.on_accepted(user)
+
+    async def refusal(self, user: Any) -> int | None:
+        """A close code for a user allowed in who asks for something absent; None: accept."""
+        return None
 
     async def on_accepted(self, user: Any) -> None:
         """Join groups, send a backfill: subclasses fill this in."""

@@ -76,6 +76,9 @@ class Deployment(models.Model):
     pgid = models.IntegerField(null=True, blank=True)
     process_started_at = models.FloatField(null=True, blank=True)
     log_path = models.CharField(max_length=500, blank=True)
+    log_tail = models.TextField(
+        blank=True, help_text="the engine's last lines, secrets masked, saved when it ended"
+    )
     restart_count = models.PositiveIntegerField(default=0, help_text="automatic restarts in a row")
     auto_restart = models.BooleanField(default=False, help_text="restart the engine if it dies")
     restart_at = models.DateTimeField(null=True, blank=True, help_text="next automatic restart")

@@ -11,7 +11,7 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
-from deployments.host import diagnosis, restart_policy, transitions, turns
+from deployments.host import diagnosis, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
@@ -114,6 +114,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
         handle = sv.spawn(command.argv, command.env, log_path)
     except OSError as exc:
         found = diagnosis.diagnose_spawn_error(exc, command.argv[0])
+        logship.finish(d, log_path)
         transitions.fail(d, found.reason, found)
         return {"failed": found.reason}
     audit_record(
@@ -144,6 +145,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     if not transitions.move(d, Status.STARTING, reason, **fields):
         sv.stop(handle, settings.SHARDBOARD_STOP_GRACE_S)  # stopped before it began
         return {"skipped": "stopped before start"}
+    logship.follow(d, log_path, first=not log_suffix)
     _attach_simulated(d)
     return _await_ready(d, handle, command)
 
@@ -197,7 +199,7 @@ def _failed_start(d: Deployment, handle: sv.EngineHandle, reason: str) -> dict[s
     sv.stop(handle, 5)
     exit_info = sv.poll_exit(handle)
     found = diagnosis.diagnose_exit(
-        sv.tail(handle.log_path),
+        logship.finish(d, handle.log_path),
         exit_info.exit_code if exit_info else None,
         exit_info.signal if exit_info else None,
     )
@@ -218,6 +220,7 @@ def stop(deployment_id: int) -> dict[str, Any]:
             deployment_id=str(d.pk),
         )
         sv.reap_children()
+    logship.finish(d, Path(d.log_path) if d.log_path else None)
     transitions.move(d, Status.STOPPED, _stop_reason(result), release_leases=True, restart_at=None)
     return {"stopped": d.pk}
 

@@ -24,7 +24,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
-from deployments.host import diagnosis, engine_control, restart_policy
+from deployments.host import diagnosis, engine_control, logship, restart_policy
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
 from deployments.models import ACTIVE, Deployment, Status
@@ -46,7 +46,7 @@ def _alive(d: Deployment) -> bool:
 
 
 def _engine_died(d: Deployment) -> None:
-    text = sv.tail(Path(d.log_path)) if d.log_path else ""
+    text = logship.finish(d, _log_path(d))
     exit_info = sv.child_exit(d.pid) if d.pid else None  # None: adopted, not our child
     code, sig = (exit_info.exit_code, exit_info.signal) if exit_info else (None, None)
     found = diagnosis.diagnose_exit(text, code, sig)
@@ -60,6 +60,10 @@ def _engine_died(d: Deployment) -> None:
     )
     if d.pid:
         sv.forget_child(d.pid)
+
+
+def _log_path(d: Deployment) -> Path | None:
+    return Path(d.log_path) if d.log_path else None
 
 
 def check_once() -> None:
@@ -84,6 +88,8 @@ def reconcile() -> dict[str, int]:
         if d.pid and _adoptable(d, found.get(str(d.pk)), owner):
             found.pop(str(d.pk))
             counts["adopted"] += 1
+            if (path := _log_path(d)) is not None:
+                logship.follow(d, path, resume=True)
             if d.status == Status.STOPPING:
                 engine_control.stop(d.pk)
             continue
@@ -99,6 +105,7 @@ def reconcile() -> dict[str, int]:
         if d.status == Status.STOPPING:
             engine_control.stop(d.pk)
             continue
+        logship.finish(d, _log_path(d))
         if (
             not restart_policy.engine_lost(
                 d, "The engine was not running when the host worker started again."
@@ -153,6 +160,7 @@ def _on_ready(**kwargs: Any) -> None:
 @worker_shutdown.connect
 def _on_shutdown(**kwargs: Any) -> None:
     _stop.set()
+    logship.stop_all()
 
 
 def active_engine_pgids(host: str) -> dict[int, str]:

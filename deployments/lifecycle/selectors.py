@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from django.db.models import QuerySet
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
+from deployments import enginelog
 from deployments.catalog.selectors import concurrency_text
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
@@ -62,7 +64,31 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,
         "plan_figures": plan_figures(deployment.plan),
+        "log": log_panel(deployment),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class LogPanel:
+    text: str
+    last_id: str  # of the last line shown; "" when it is a saved tail or there is none
+    live: bool  # the page follows the engine over the websocket
+    note: str
+
+
+def log_panel(deployment: Deployment) -> LogPanel:
+    """The engine's last lines: from Redis while it may run, from the row once it ended."""
+    if not deployment.is_active and deployment.log_tail:
+        return LogPanel(
+            deployment.log_tail, "", False, "The engine's last lines, saved when it ended."
+        )
+    try:
+        lines = enginelog.recent(deployment.pk)
+    except redis.RedisError:
+        return LogPanel("", "", deployment.is_active, "The log store (Redis) does not answer.")
+    text = "\n".join(line for _, line in lines)
+    note = "" if lines else ("No output yet." if deployment.is_active else "No log was saved.")
+    return LogPanel(text, lines[-1][0] if lines else "", deployment.is_active, note)
 
 
 def plan_figures(plan: dict[str, Any]) -> dict[str, str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -11,7 +9,6 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments.catalog.selectors import session_hub_token
-from deployments.host import supervisor as sv
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle import selectors, services
 from deployments.lifecycle.forms import LaunchForm
@@ -44,8 +41,16 @@ def deployment_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @role_required(Role.VIEWER)
 def deployment_log(request: HttpRequest, pk: int) -> JsonResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
-    text = sv.tail(Path(deployment.log_path), 200) if deployment.log_path else ""
-    return JsonResponse({"status": deployment.status, "log": text})
+    panel = selectors.log_panel(deployment)
+    return JsonResponse(
+        {
+            "status": deployment.status,
+            "log": panel.text,
+            "last_id": panel.last_id,
+            "live": panel.live,
+            "note": panel.note,
+        }
+    )
 
 
 @role_required(Role.VIEWER)

@@ -1,4 +1,5 @@
-// Live status badges over /ws/deployments/ and the log tail on the detail page.
+// Live status badges over /ws/deployments/, and the detail page's engine log over
+// /ws/deployments/<pk>/log/.
 (function () {
   "use strict";
   function connect(delayMs) {
@@ -18,14 +19,42 @@
   }
   connect(1000);
   const log = document.getElementById("log");
-  if (log && log.dataset.url) {
-    const poll = function () {
-      fetch(log.dataset.url, { credentials: "same-origin" }).then(function (r) { return r.json(); })
-        .then(function (data) { if (data.log) { log.textContent = data.log; log.scrollTop = log.scrollHeight; } })
-        .catch(function () {});
+  if (log) { log.scrollTop = log.scrollHeight; }
+  if (log && log.dataset.live === "1") {
+    // The engine's lines as the host worker ships them; a reconnect asks for those after the
+    // last line shown, so none is lost or shown twice.
+    const note = document.getElementById("log-note");
+    const maxLines = 2000;
+    let count = log.textContent ? log.textContent.split("\n").length : 0;
+    const append = function (lines) {
+      const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 8;
+      const text = lines.map(function (l) { return l[1]; }).join("\n");
+      log.appendChild(document.createTextNode(count ? "\n" + text : text));
+      count += lines.length;
+      if (count > maxLines * 1.25) {
+        log.textContent = log.textContent.split("\n").slice(-maxLines).join("\n");
+        count = maxLines;
+      }
+      log.dataset.lastId = lines[lines.length - 1][0];
+      if (note) { note.textContent = ""; }
+      if (atBottom) { log.scrollTop = log.scrollHeight; }
     };
-    poll();
-    setInterval(poll, 2000);
+    const follow = function (delayMs) {
+      const proto = location.protocol === "https:" ? "wss" : "ws";
+      const after = log.dataset.lastId ? "?after=" + encodeURIComponent(log.dataset.lastId) : "";
+      const ws = new WebSocket(proto + "://" + location.host + "/ws/deployments/" + log.dataset.pk + "/log/" + after);
+      ws.onopen = function () { delayMs = 1000; };
+      ws.onmessage = function (ev) {
+        const msg = JSON.parse(ev.data);
+        if (msg.type === "log.lines" && msg.lines.length) { append(msg.lines); }
+        if (msg.type === "log.error" && note) { note.textContent = "Live log: " + msg.error; }
+      };
+      ws.onclose = function (ev) {
+        if (ev.code >= 4400 && ev.code < 4500) { return; }  // refused: retrying will not help
+        setTimeout(function () { follow(Math.min(delayMs * 2, 10000)); }, delayMs);
+      };
+    };
+    follow(1000);
   }
   const memory = document.getElementById("memory");
   if (memory && memory.dataset.url) {

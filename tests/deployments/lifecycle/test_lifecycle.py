@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
+import uuid
 
 import httpx
 import pytest
 from django.test import Client
 
 from controlpanel.models import AuditEvent
-from deployments import planning
+from deployments import enginelog, planning
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -99,6 +100,13 @@ def test_engine_killed_is_failed_quickly(worker, operator) -> None:
     assert "signal 9 (SIGKILL)" in d.failure_reason  # the worker spawned it: the real status
     assert "unknown status" not in d.failure_reason
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+    # The page of the failed deployment: the diagnosis and the tail saved on the row.
+    assert "Application startup complete." in d.log_tail and d.diagnosis["title"]
+    client = Client()
+    client.force_login(operator)
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert 'id="diagnosis"' in page and "Application startup complete." in page
+    assert "saved when it ended" in page
 
 
 def test_engine_terminated_from_outside_names_sigterm(worker, operator) -> None:
@@ -116,11 +124,20 @@ def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
     d = launch(operator, name="survivor")
     wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
     assert d.status == "running", d.failure_reason
+    wait_for(lambda: any("Uvicorn running on" in t for _, t in enginelog.recent(d.pk)))
     worker.stop(signal.SIGKILL)
     os.killpg(d.pgid, 0)  # the engine lives on in its own session
+    marker = uuid.uuid4().hex  # a line the engine writes while no worker ships its log
+    assert httpx.get(f"{d.base_url}/health", params={"seen": marker}, timeout=10).is_success
     again = host_worker(HOST, **worker.extra_env)
     wait_for(lambda: "reconciled engines" in again.log(), timeout_s=60)
     assert status_of(d) == "running"  # adopted
+    # The new worker ships the log on from where the old one stopped: nothing twice.
+    texts = wait_for(
+        lambda: (t := [x for _, x in enginelog.recent(d.pk, 1000)]) and marker in str(t) and t
+    )
+    assert sum(marker in x for x in texts) == 1
+    assert sum("Uvicorn running on" in x for x in texts) == 1
     deployment_stop(user=operator, deployment=d)
     wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
 
