@@ -87,8 +87,11 @@ def recorded_level(concurrency: int, ttft_s: float, start_ms: int, failed: int =
 
 @pytest.fixture
 def recorded_run(operator: Any) -> Callable[..., BenchmarkRun]:
+    clock = {"next_ms": time.time_ns() // 1_000_000 - 60_000}  # streams take samples in order
+
     def make(d: Deployment, label: str, speed: float = 1.0) -> BenchmarkRun:
-        now_ms = time.time_ns() // 1_000_000 - 30_000
+        now_ms = clock["next_ms"]
+        clock["next_ms"] += 13_000
         levels = []
         for n, c in enumerate((1, 2, 4)):
             start = now_ms + n * 4000
