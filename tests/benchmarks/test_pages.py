@@ -4,8 +4,10 @@ with their audit rows, the JSON export, the comparison, the deployment page's se
 from __future__ import annotations
 
 import json
+from io import StringIO
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from benchmarks.models import BenchmarkRun
@@ -101,3 +103,25 @@ def test_detail_export_compare_and_section(make_deployment, recorded_run, viewer
     section = c.get(f"/deployments/{one.pk}/benchmarks/section/").content.decode()
     assert 'data-col="sustained"' in section and "tp1" in section
     assert 'id="benchmarks"' in c.get(f"/deployments/{one.pk}/").content.decode()
+
+
+def test_command_line_starts_a_run(make_deployment, operator, viewer) -> None:
+    d = make_deployment()
+    out = StringIO()
+    call_command(
+        "bench_deployment", d.name, "--user", operator.username, "--levels", "2,1",
+        "--duration", "5", "--prompt", "16", "--output-kind", "uniform", "--output-spread", "2",
+        stdout=out,
+    )  # fmt: skip
+    run = BenchmarkRun.objects.get()
+    assert out.getvalue().startswith(f"benchmark {run.pk} started on {d.host.name}")
+    assert run.workload["levels"] == [1, 2] and run.workload["duration_s"] == 5.0
+    assert run.workload["output"] == {"mean": 64, "kind": "uniform", "spread": 2}
+    for argv, message in [
+        ([d.name, "--user", viewer.username], "role"),
+        (["nope", "--user", operator.username], "No running deployment"),
+        ([d.name, "--user", "nobody"], "No user"),
+        ([str(d.pk), "--user", operator.username, "--levels", "a"], "whole numbers"),
+    ]:
+        with pytest.raises(CommandError, match=message):
+            call_command("bench_deployment", *argv, stdout=StringIO())
