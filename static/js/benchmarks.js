@@ -2,7 +2,7 @@
 // bar only: the basic bundle), and the run's live progress over /ws/benchmarks/<id>/.
 (function () {
   "use strict";
-  const LAYOUT = { margin: { l: 55, r: 50, t: 30, b: 40 }, legend: { orientation: "h", y: -0.25 }, font: { size: 11 } };
+  const LAYOUT = { margin: { l: 55, r: 55, t: 30, b: 90 }, legend: { orientation: "h", x: 0, y: -0.32, yanchor: "top" }, font: { size: 11 }, autosize: true };
   const CONFIG = { displaylogo: false, responsive: true };
 
   function plot(id, traces, layout) {

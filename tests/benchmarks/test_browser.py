@@ -30,6 +30,11 @@ def test_run_charts_and_a_comparison(
 ) -> None:
     one, two = make_deployment("tp1"), make_deployment("tp2", tp=2)
     a, b = recorded_run(one, "tp1 run"), recorded_run(two, "tp2 run", speed=2.0)
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(f"{page.url}: {exc}"))
+    page.on(
+        "console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None
+    )
     login(page, asgi_server, viewer.username)
     page.goto(f"{asgi_server.url}/benchmarks/{a.pk}/")
     assert page.locator("#simulated-badge").is_visible()
@@ -57,6 +62,10 @@ def test_run_charts_and_a_comparison(
     page.goto(f"{asgi_server.url}/deployments/{one.pk}/")
     page.wait_for_selector("#benchmarks [data-col=sustained]")
     assert "tp1 run" in page.locator("#benchmarks").inner_text()
+    page.click("#benchmarks-link")
+    page.wait_for_selector("#benchmark-runs")
+    assert page.locator("#benchmark-form").count() == 0  # a viewer sees runs, not the form
+    assert errors == []
 
 
 def test_progress_is_pushed_to_an_open_page(
