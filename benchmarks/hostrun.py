@@ -153,6 +153,20 @@ async def _drive(
     return RunStatus.SUCCEEDED, ""
 
 
+def fail_interrupted() -> int:
+    """At a host worker's start: its runs still `running` lost their task with the old worker
+    (a redelivered task finds them running and does nothing), so they end here, failed."""
+    interrupted = BenchmarkRun.objects.filter(
+        status=RunStatus.RUNNING, deployment__host__name=settings.SHARDBOARD_HOST_NAME
+    )
+    ended = 0
+    for r in interrupted:
+        text = "The host worker stopped during the run; the levels measured before are kept."
+        ended += r.transition(RunStatus.FAILED, error=text)
+        events.publish(r)
+    return ended
+
+
 def _close_db() -> None:
     connection.close()
 

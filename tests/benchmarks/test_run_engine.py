@@ -117,3 +117,19 @@ def test_engine_killed_mid_run_fails_with_what_was_measured(running, operator, w
     assert level["completed"] >= 3 and level["failed"] >= 1
     assert level["requests"] == level["completed"] + level["failed"]
     assert any("connect" in e["error"] for e in level["errors"]), level["errors"]
+
+
+def test_a_run_the_worker_lost_ends_failed_when_it_starts_again(
+    host_worker, running, operator, worker
+) -> None:
+    run = run_start(
+        user=operator,
+        deployment=running,
+        workload={"prompt": 24, "output": 12, "levels": "1,2", "duration_s": 20},
+    )
+    wait_for(lambda: _status(run) == "running" and run.progress.get("done", 0) >= 2, 30, 0.2)
+    worker.stop(signal.SIGKILL)
+    assert _status(run) == "running"
+    again = host_worker(HOST, **worker.extra_env)
+    _ended(run, again, timeout_s=60)
+    assert run.status == "failed" and "host worker stopped during the run" in run.error
