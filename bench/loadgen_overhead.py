@@ -12,7 +12,8 @@ per second sustained, output tokens per second, and the CPU each side used (of o
 highest requests/s is the generator's ceiling on this machine: engines slower than that are
 measured, not the generator.
 
-Agreement (--agree URL of a running engine, e.g. transformers serve): the same prompts and
+Agreement (--agree URL of a running engine, e.g. transformers serve, or --agree stub: the
+stand-in engine pacing --output chunks --interval-ms apart, whose timing is known): the same prompts and
 max_tokens sent by the generator and by bench/proxy_overhead.py's hand-written HTTP/1.1 client
 (no aiohttp), alternating per level; TTFT p50/p95 and output tokens/s side by side.
 """
@@ -56,10 +57,12 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def start_stub(tokens: int) -> tuple[subprocess.Popen[str], int]:
+def start_stub(
+    tokens: int, interval_ms: float = 0, dialect: str = "vllm"
+) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.support.stub_upstream", "--port", "0", "--tokens",
-         str(tokens), "--interval-ms", "0", "--dialect", "vllm"],
+         str(tokens), "--interval-ms", str(interval_ms), "--dialect", dialect],
         cwd=ROOT, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None
@@ -92,7 +95,8 @@ def overhead(args: argparse.Namespace) -> None:
             stub_pct = 100 * (cpu_s(stub.pid) - before) / (time.perf_counter() - started)
             print(
                 f"{c:>5} {s['request_throughput']:>9.0f} {s['output_throughput']:>10.0f} "
-                f"{s['ttft_ms']['p50']:>12.2f} {s['client_cpu_pct']:>10.0f} {stub_pct:>11.0f} "
+                f"{s['ttft_ms']['p50']:>12.2f} {s['client_cpu_pct']:>10.0f} "
+                f"{s['client_cpu_pct'] * 1e4 * s['duration_s'] / s['requests']:>15.0f} {stub_pct:>11.0f} "
                 f"{s['failed']:>7}"
             )  # fmt: skip
     finally:
@@ -123,13 +127,16 @@ async def raw_level(url: str, workload: Any, concurrency: int, requests: int) ->
             _, headers = await conn._head()
             first = None
             async for data in conn._body(headers):
-                if first is None and b'"text":"' in data and b'"text":""' not in data:
-                    first = time.perf_counter()
-                    ttfts.append(first - started)
-                if b'"completion_tokens"' in data:
-                    tokens[0] += json.loads(data.split(b"data: ", 1)[1])["usage"][
-                        "completion_tokens"
-                    ]
+                now = time.perf_counter()
+                for line in data.split(b"\n"):
+                    if not line.startswith(b"data: {"):
+                        continue
+                    event = json.loads(line[6:])
+                    texts = [c.get("text") for c in event.get("choices") or []]
+                    if first is None and any(texts):
+                        first = now
+                        ttfts.append(first - started)
+                    tokens[0] += (event.get("usage") or {}).get("completion_tokens", 0)
 
     started = time.perf_counter()
     await asyncio.gather(*(one(c) for c in conns))
@@ -169,15 +176,25 @@ def main() -> None:
     parser.add_argument("--levels", default=None)
     parser.add_argument("--requests", type=int, default=None)
     parser.add_argument("--tokens", type=int, default=16)
-    parser.add_argument("--agree", metavar="URL")
+    parser.add_argument("--agree", metavar="URL|stub")
     parser.add_argument("--prompt", type=int, default=32)
     parser.add_argument("--output", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--interval-ms", type=float, default=5.0, help="--agree stub: pace")
     args = parser.parse_args()
     default_levels, default_requests = ("1,4", 40) if args.agree else ("1,4,16,64", 2000)
     args.levels = [int(x) for x in (args.levels or default_levels).split(",")]
     args.requests = args.requests or default_requests
-    agree(args) if args.agree else overhead(args)
+    if args.agree == "stub":  # a paced stand-in: the engine's own timing is known exactly
+        stub, port = start_stub(args.output, args.interval_ms, dialect="transformers")
+        args.agree = f"http://127.0.0.1:{port}"
+        try:
+            agree(args)
+        finally:
+            stub.terminate()
+            stub.wait(5)
+    else:
+        agree(args) if args.agree else overhead(args)
 
 
 if __name__ == "__main__":
