@@ -7,6 +7,7 @@ import json
 from io import StringIO
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
 from django.test import Client
 
@@ -50,6 +51,9 @@ def test_bad_input_is_said_not_a_500(make_deployment, operator) -> None:
     c = client_for(operator)
     page = c.post(f"/deployments/{d.pk}/benchmarks/", {**FORM, "levels": "1,lots"})
     assert page.status_code == 200 and "whole numbers separated by commas" in page.content.decode()
+    binary = SimpleUploadedFile("p.bin", b"\xff\xfe\x00bad")
+    page = c.post(f"/deployments/{d.pk}/benchmarks/", {**FORM, "prompts_file": binary})
+    assert page.status_code == 200 and "not UTF-8 text" in page.content.decode()
     page = c.post(f"/deployments/{d.pk}/benchmarks/", {**FORM, "amount": "0"})
     assert page.status_code == 200 and "greater than or equal to 1" in page.content.decode()
     stopped = make_deployment(name="off", status="stopped")
@@ -63,8 +67,12 @@ def test_bad_input_is_said_not_a_500(make_deployment, operator) -> None:
 def test_start_then_cancel_is_audited(make_deployment, operator) -> None:
     d = make_deployment()
     c = client_for(operator)
-    page = c.post(f"/deployments/{d.pk}/benchmarks/", {**FORM, "label": "tp1"})
+    upload = SimpleUploadedFile("prompts.txt", b"What is 2 + 2?\n\nName a colour.\n")
+    page = c.post(
+        f"/deployments/{d.pk}/benchmarks/", {**FORM, "label": "tp1", "prompts_file": upload}
+    )
     run = BenchmarkRun.objects.get()
+    assert run.workload["prompts"] == ["What is 2 + 2?", "Name a colour."]
     assert page.status_code == 302 and page["Location"] == f"/benchmarks/{run.pk}/"
     assert run.status == "pending" and run.label == "tp1" and run.workload["levels"] == [1, 2]
     assert run.layout["host"] == d.host.name and run.layout["simulated"]
