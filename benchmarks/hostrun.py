@@ -140,9 +140,9 @@ async def _drive(
     for index, concurrency in enumerate(workload.levels):
         plan = LevelPlan(index, concurrency, workload.requests_per_level, workload.duration_s)
         await loop.run_in_executor(executor, hooks.level_load, concurrency)
-        psutil.cpu_percent(interval=None)  # starts the host CPU measurement of this level
+        cpu_before = psutil.cpu_times()
         outcome = await run_level(target, plan, request_stream(workload, index), hooks, executor)
-        host_cpu = psutil.cpu_percent(interval=None)
+        host_cpu = busy_pct(cpu_before, psutil.cpu_times())
         await loop.run_in_executor(executor, _store_level, r, outcome, host_cpu)
         if outcome.stopped == CANCELLED:
             return RunStatus.CANCELLED, ""
@@ -167,6 +167,13 @@ def fail_interrupted() -> int:
     return ended
 
 
+def busy_pct(before: Any, after: Any) -> float | None:
+    """The host's CPU busy share between two psutil.cpu_times() (all cores, 0..100)."""
+    total = sum(after) - sum(before)
+    idle = after.idle - before.idle + getattr(after, "iowait", 0) - getattr(before, "iowait", 0)
+    return round(100 * (1 - idle / total), 1) if total > 0 else None
+
+
 def _close_db() -> None:
     connection.close()
 
@@ -179,7 +186,7 @@ def _gone_text(outcome: LevelOutcome) -> str:
     )
 
 
-def _store_level(r: BenchmarkRun, outcome: LevelOutcome, host_cpu_pct: float) -> None:
+def _store_level(r: BenchmarkRun, outcome: LevelOutcome, host_cpu_pct: float | None) -> None:
     figures = summarize(outcome.results, outcome.duration_s)
     figures.update(
         {
