@@ -69,8 +69,8 @@ class RunHooks:
 
     def level_load(self, concurrency: int | None) -> None:
         d = self.deployment
-        if not d.host.simulated or not d.pid:
-            return
+        if not d.host.simulated or not d.pid or not psutil.pid_exists(d.pid):
+            return  # no simulation, or an engine gone (its GPUs were released)
         backend = monitoring_worker.current_backend()
         attach = getattr(backend, "attach", None)
         if attach is None:
@@ -119,10 +119,12 @@ def run(run_id: int) -> dict[str, Any]:
         log.exception("benchmark %s broke", r.pk)
         status, error = RunStatus.FAILED, f"The benchmark broke: {type(exc).__name__}: {exc}"
     finally:
-        hooks.level_load(None)
         executor.submit(_close_db).result()
         executor.shutdown()
-    _finish(r, status, error)
+    try:
+        _finish(r, status, error)
+    finally:
+        hooks.level_load(None)  # after the readings: the last level's samples keep its load
     return {"status": r.status, "levels": len(r.levels)}
 
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from benchmarks import gpu_series
 from benchmarks.reading import LevelEvidence, read_level
+from monitoring.gpus.base import HostSample
 from monitoring.selectors import samples_between
 
 
@@ -20,12 +23,22 @@ def add_readings(
     out: list[dict[str, Any]] = []
     previous: dict[str, Any] | None = None
     for level in levels:
-        samples = samples_between(layout.get("host", ""), level["started_ms"], level["ended_ms"])
+        samples = level_samples(layout.get("host", ""), level)
         gpu = gpu_series.level_figures(samples, indices)
         evidence = level_evidence(level, gpu, layout, previous)
         out.append({**level, "gpu": gpu, "reading": read_level(evidence).to_dict()})
         previous = level
     return out
+
+
+def level_samples(host: str, level: dict[str, Any]) -> list[HostSample]:
+    """The samples taken during the level; for a level shorter than the sampling interval, the
+    first one after it (the load it applied is still on then)."""
+    start, end = level["started_ms"], level["ended_ms"]
+    samples = samples_between(host, start, end)
+    if not samples:
+        samples = samples_between(host, start, end + int(1500 * settings.SAMPLE_INTERVAL_S))[:1]
+    return samples
 
 
 def level_evidence(

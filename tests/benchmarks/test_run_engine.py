@@ -55,7 +55,7 @@ def _ended(run: BenchmarkRun, worker, timeout_s: float = 90) -> BenchmarkRun:
 
 
 def workload(**extra):
-    return {"prompt": 24, "output": 12, "levels": "1,2", "requests_per_level": 6, **extra}
+    return {"prompt": 24, "output": 12, "levels": "1,2", "requests_per_level": 10, **extra}
 
 
 def _ordered(figures: dict) -> bool:
@@ -69,13 +69,13 @@ def test_two_levels_then_a_cancelled_run(running, operator, viewer, worker) -> N
     assert run.status == "succeeded", run.error + worker.log()[-3000:]
     assert [lv["concurrency"] for lv in run.levels] == [1, 2]
     for level in run.levels:
-        assert level["requests"] == level["completed"] == 6 and level["failed"] == 0
-        assert level["output_tokens"] == 6 * 12  # usage's completion tokens, max_tokens each
+        assert level["requests"] == level["completed"] == 10 and level["failed"] == 0
+        assert level["output_tokens"] == 10 * 12  # usage's completion tokens, max_tokens each
         assert level["request_throughput"] > 0 and level["output_throughput"] > 0
         for key in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
             assert _ordered(level[key]), (key, level[key])
         assert level["ttft_ms"]["p99"] <= level["e2el_ms"]["p99"]
-        assert len(level["samples"]["ttft_ms"]) == 6
+        assert len(level["samples"]["ttft_ms"]) == 10
         assert level["engine"] == {"available": False}  # transformers serve has no /metrics
         assert level["reading"]["kind"] in ("headroom", "unknown", "client_io")
         assert "Simulated GPUs" in level["reading"]["note"]
