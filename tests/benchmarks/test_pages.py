@@ -78,6 +78,8 @@ def test_start_then_cancel_is_audited(make_deployment, operator) -> None:
     assert run.layout["host"] == d.host.name and run.layout["simulated"]
     again = c.post(f"/deployments/{d.pk}/benchmarks/", FORM, follow=True)
     assert "one run at a time" in again.content.decode()
+    progress = c.get(f"/benchmarks/{run.pk}/progress/").json()
+    assert progress == {"status": "pending", "progress": {}, "error": ""}
     c.post(f"/benchmarks/{run.pk}/cancel/")
     run.refresh_from_db()
     assert run.status == "cancelled" and run.cancel_requested
