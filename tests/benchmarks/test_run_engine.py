@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import signal
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 
 from benchmarks.models import BenchmarkRun
 from benchmarks.services import BenchmarkError, run_cancel, run_start
@@ -100,6 +102,15 @@ def test_two_levels_then_a_cancelled_run(running, operator, viewer, worker) -> N
     assert long.levels and long.levels[0]["stopped"] == "cancelled"
     assert long.levels[0]["completed"] >= 2 and long.levels[0]["duration_s"] < 30
     assert AuditEvent.objects.filter(action="benchmark.cancel").exists()
+
+    out = StringIO()
+    call_command(
+        "bench_deployment", running.name, "--user", operator.username, "--levels", "1",
+        "--requests", "3", "--output", "8", "--wait", "--timeout", "60", stdout=out,
+    )  # fmt: skip
+    rows = out.getvalue().splitlines()
+    assert rows[0].startswith("benchmark ") and rows[1].split()[:3] == ["conc", "ok", "fail"]
+    assert rows[2].split()[:3] == ["1", "3", "0"], rows
 
 
 def test_engine_killed_mid_run_fails_with_what_was_measured(running, operator, worker) -> None:
