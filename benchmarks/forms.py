@@ -10,6 +10,7 @@ from benchmarks.workload import DISTRIBUTIONS, MAX_UPLOADED_CHARS, WorkloadError
 
 KINDS = [(k, k) for k in DISTRIBUTIONS]
 PER_LEVEL = [("requests", "requests per level"), ("duration", "seconds per level")]
+MODE_CHOICES = [("concurrency", "concurrency (closed loop)"), ("rate", "request rate (Poisson)")]
 
 
 class BenchmarkForm(forms.Form):
@@ -20,7 +21,13 @@ class BenchmarkForm(forms.Form):
     output_mean = forms.IntegerField(initial=64, min_value=1, label="Output length (tokens)")
     output_kind = forms.ChoiceField(choices=KINDS, initial="fixed")
     output_spread = forms.IntegerField(initial=0, min_value=0, required=False)
-    levels = forms.CharField(initial="1,4,16", label="Concurrency levels")
+    mode = forms.ChoiceField(
+        choices=MODE_CHOICES, initial="concurrency", required=False, label="Levels are"
+    )
+    levels = forms.CharField(initial="1,4,16", label="Levels (concurrencies or req/s)")
+    max_concurrency = forms.IntegerField(
+        required=False, min_value=1, label="Rate: most in flight (optional)"
+    )
     per_level = forms.ChoiceField(choices=PER_LEVEL, initial="requests")
     amount = forms.FloatField(initial=32, min_value=1, label="Requests or seconds per level")
     seed = forms.IntegerField(initial=0, min_value=0, required=False)
@@ -55,6 +62,8 @@ class BenchmarkForm(forms.Form):
                 "spread": data.get("output_spread") or 0,
             },
             "levels": data["levels"],
+            "mode": data.get("mode") or "concurrency",
+            "max_concurrency": data.get("max_concurrency"),
             "requests_per_level": int(amount) if by_requests else None,
             "duration_s": None if by_requests else amount,
             "seed": data.get("seed") or 0,

@@ -31,13 +31,19 @@ from benchmarks.loadgen.runner import (
 from benchmarks.loadgen.stats import summarize
 from benchmarks.models import BenchmarkRun, RunStatus
 from benchmarks.readings import add_readings
-from benchmarks.workload import Workload, WorkloadError, parse_workload, request_stream
+from benchmarks.workload import (
+    MAX_CONCURRENCY,
+    Workload,
+    WorkloadError,
+    parse_workload,
+    request_stream,
+)
 from deployments.models import Deployment, Engine, Status
 from monitoring import worker as monitoring_worker
 
 log = logging.getLogger(__name__)
 
-SIM_SATURATION = 8  # simulated GPUs: utilization 100 % at this concurrency, linear below
+SIM_SATURATION = 8  # simulated GPUs: 100 % utilization at this concurrency (or req/s), linear
 SIM_IDLE_UTIL_PCT = 80.0  # what a simulated engine shows outside a benchmark (attach's default)
 
 
@@ -67,7 +73,7 @@ class RunHooks:
             events.publish(self.run)
         return bool(BenchmarkRun.objects.filter(pk=self.run.pk, cancel_requested=True).exists())
 
-    def level_load(self, concurrency: int | None) -> None:
+    def level_load(self, load: float | None) -> None:
         d = self.deployment
         if not d.host.simulated or not d.pid or not psutil.pid_exists(d.pid):
             return  # no simulation, or an engine gone (its GPUs were released)
@@ -75,11 +81,7 @@ class RunHooks:
         attach = getattr(backend, "attach", None)
         if attach is None:
             return
-        util = (
-            SIM_IDLE_UTIL_PCT
-            if concurrency is None
-            else min(100.0, 100 * concurrency / SIM_SATURATION)
-        )
+        util = SIM_IDLE_UTIL_PCT if load is None else min(100.0, 100 * load / SIM_SATURATION)
         indices = self.run.layout.get("gpu_indices", [])
         try:
             attach(
@@ -139,9 +141,9 @@ async def _drive(
     if not first.ok:
         raise RunFailed(f"The engine did not answer a first request: {first.error}")
     loop = asyncio.get_running_loop()
-    for index, concurrency in enumerate(workload.levels):
-        plan = LevelPlan(index, concurrency, workload.requests_per_level, workload.duration_s)
-        await loop.run_in_executor(executor, hooks.level_load, concurrency)
+    for index, value in enumerate(workload.levels):
+        plan = level_plan(workload, index, value)
+        await loop.run_in_executor(executor, hooks.level_load, value)
         cpu_before = psutil.cpu_times()
         outcome = await run_level(target, plan, request_stream(workload, index), hooks, executor)
         host_cpu = busy_pct(cpu_before, psutil.cpu_times())
@@ -151,7 +153,7 @@ async def _drive(
         if outcome.stopped == GONE:
             return RunStatus.FAILED, _gone_text(outcome)
         if outcome.results and not any(res.ok for res in outcome.results):
-            return RunStatus.FAILED, f"Every request of level {concurrency} failed."
+            return RunStatus.FAILED, f"Every request of level {value:g} failed."
     return RunStatus.SUCCEEDED, ""
 
 
@@ -176,6 +178,14 @@ def busy_pct(before: Any, after: Any) -> float | None:
     return round(100 * (1 - idle / total), 1) if total > 0 else None
 
 
+def level_plan(workload: Workload, index: int, value: float) -> LevelPlan:
+    requests, duration_s, seed = workload.requests_per_level, workload.duration_s, workload.seed
+    if workload.mode == "rate":
+        cap = workload.max_concurrency or MAX_CONCURRENCY
+        return LevelPlan(index, cap, requests, duration_s, rate=value, seed=seed)
+    return LevelPlan(index, int(value), requests, duration_s, seed=seed)
+
+
 def _close_db() -> None:
     connection.close()
 
@@ -183,16 +193,23 @@ def _close_db() -> None:
 def _gone_text(outcome: LevelOutcome) -> str:
     failed = sum(1 for res in outcome.results if not res.ok)
     return (
-        f"{GONE[0].upper()}{GONE[1:]} during concurrency {outcome.plan.concurrency}: "
+        f"{GONE[0].upper()}{GONE[1:]} during the level at {_load_text(outcome.plan)}: "
         f"{failed} of {len(outcome.results)} requests failed; the figures so far are kept."
     )
+
+
+def _load_text(plan: LevelPlan) -> str:
+    return f"{plan.rate:g} req/s" if plan.rate is not None else f"concurrency {plan.concurrency}"
 
 
 def _store_level(r: BenchmarkRun, outcome: LevelOutcome, host_cpu_pct: float | None) -> None:
     figures = summarize(outcome.results, outcome.duration_s)
     figures.update(
         {
-            "concurrency": outcome.plan.concurrency,
+            "load": outcome.plan.load,  # the level's concurrency or request rate
+            "rate": outcome.plan.rate,
+            "concurrency": outcome.plan.concurrency if outcome.plan.rate is None else None,
+            "peak_in_flight": outcome.peak_in_flight,
             "started_ms": outcome.started_ms,
             "ended_ms": outcome.ended_ms,
             "stopped": outcome.stopped,

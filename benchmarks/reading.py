@@ -14,7 +14,7 @@ COMPUTE_UTIL_PCT = 90.0
 IDLE_UTIL_PCT = 40.0  # GPUs this idle while the host is busy: the host is the limit
 LOW_UTIL_PCT = 50.0  # several GPUs this idle while throughput is flat: they wait on each other
 BUSY_CPU_PCT = 85.0
-FLAT_GAIN = 0.10  # throughput grew by less than this when concurrency rose: flat
+FLAT_GAIN = 0.10  # throughput grew by less than this when the load rose: flat
 FAILED_SHARE = 0.5
 
 ADVICE = {
@@ -64,7 +64,7 @@ ADVICE = {
 
 @dataclass(frozen=True, slots=True)
 class LevelEvidence:
-    concurrency: int
+    load: float  # the level's concurrency, or its request rate
     gpu_count: int
     output_throughput: float
     requests: int = 0
@@ -76,9 +76,10 @@ class LevelEvidence:
     kv_usage: float | None = None  # max, 0..1
     waiting: float | None = None  # mean requests waiting
     preemptions: float | None = None
-    previous_concurrency: int | None = None
+    previous_load: float | None = None
     previous_throughput: float | None = None
     simulated: bool = False
+    load_label: str = "concurrency"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +102,9 @@ class Reading:
 
 def throughput_gain(e: LevelEvidence) -> float | None:
     """Relative output-throughput change from the previous, lower level (None for the first)."""
-    if e.previous_throughput is None or e.previous_concurrency is None:
+    if e.previous_throughput is None or e.previous_load is None:
         return None
-    if e.previous_concurrency >= e.concurrency or e.previous_throughput <= 0:
+    if e.previous_load >= e.load or e.previous_throughput <= 0:
         return None
     return e.output_throughput / e.previous_throughput - 1
 
@@ -145,7 +146,7 @@ def read_level(e: LevelEvidence) -> Reading:
 def evidence(e: LevelEvidence) -> tuple[tuple[str, str], ...]:
     gain = throughput_gain(e)
     rows = [
-        ("concurrency", str(e.concurrency)),
+        (e.load_label, f"{e.load:g}" + (" req/s" if e.load_label == "request rate" else "")),
         ("output throughput", f"{e.output_throughput:.1f} tok/s"),
         ("gain over the previous level", None if gain is None else f"{gain * 100:+.0f} %"),
         ("failed requests", f"{e.failed} of {e.requests}" if e.requests else None),

@@ -49,7 +49,8 @@ def level_evidence(
 ) -> LevelEvidence:
     engine = level.get("engine") or {}
     return LevelEvidence(
-        concurrency=level["concurrency"],
+        load=level["load"],
+        load_label="request rate" if level.get("rate") is not None else "concurrency",
         gpu_count=len(layout.get("gpu_indices", [])) or 1,
         output_throughput=level["output_throughput"],
         requests=level["requests"],
@@ -61,7 +62,7 @@ def level_evidence(
         kv_usage=engine.get("kv_usage_max"),
         waiting=engine.get("waiting_mean"),
         preemptions=engine.get("preemptions"),
-        previous_concurrency=None if previous is None else previous["concurrency"],
+        previous_load=None if previous is None else previous["load"],
         previous_throughput=None if previous is None else previous["output_throughput"],
         simulated=bool(layout.get("simulated")),
     )

@@ -42,8 +42,7 @@ def gpu_over_run(run: BenchmarkRun) -> dict[str, Any] | None:
     samples = samples_between(run.layout.get("host", ""), start, end)
     data = gpu_series.series(samples, run.layout.get("gpu_indices", []))
     data["levels"] = [
-        {"c": lv["concurrency"], "from": lv["started_ms"], "to": lv["ended_ms"]}
-        for lv in run.levels
+        {"c": lv["load"], "from": lv["started_ms"], "to": lv["ended_ms"]} for lv in run.levels
     ]
     return data
 
@@ -60,6 +59,7 @@ def chart_data(run: BenchmarkRun) -> dict[str, Any]:
             "itl_p95_ms": run.workload.get("sla_itl_p95_ms"),
         },
         "simulated": bool(run.layout.get("simulated")),
+        "mode": run.workload.get("mode", "concurrency"),
     }
 
 
@@ -67,7 +67,7 @@ def run_context(run: BenchmarkRun) -> dict[str, Any]:
     return {
         "run": run,
         "d": run.deployment,
-        "levels": sorted(run.levels, key=lambda lv: lv["concurrency"]),
+        "levels": sorted(run.levels, key=lambda lv: lv["load"]),
         "chart": chart_data(run),
         "plan": summary.plan_vs_measured(run.layout, run.levels, run.workload),
         "others": comparable_runs(run),
@@ -104,7 +104,13 @@ def compare_context(a: BenchmarkRun, b: BenchmarkRun) -> dict[str, Any]:
             for r in runs
         ],
         "charts": [
-            {"id": r.pk, "title": r.title, "levels": summary.chart_levels(r.levels)} for r in runs
+            {
+                "id": r.pk,
+                "title": r.title,
+                "mode": r.workload.get("mode", "concurrency"),
+                "levels": summary.chart_levels(r.levels),
+            }
+            for r in runs
         ],
         "reading": None if reading is None else reading.to_dict(),
     }

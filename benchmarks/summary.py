@@ -27,13 +27,14 @@ def level_sustained(level: dict[str, Any], workload: dict[str, Any]) -> bool:
     return True
 
 
-def highest_sustained(levels: Sequence[dict[str, Any]], workload: dict[str, Any]) -> int | None:
-    """The highest concurrency of an unbroken run of sustained levels from the lowest."""
+def highest_sustained(levels: Sequence[dict[str, Any]], workload: dict[str, Any]) -> float | None:
+    """The highest load (concurrency or rate) of an unbroken series of sustained levels from
+    the lowest."""
     best = None
-    for level in sorted(levels, key=lambda lv: lv["concurrency"]):
+    for level in sorted(levels, key=lambda lv: lv["load"]):
         if not level_sustained(level, workload):
             break
-        best = level["concurrency"]
+        best = level["load"]
     return best
 
 
@@ -57,18 +58,29 @@ def plan_vs_measured(
     if tokens is not None and kv_tokens:
         at_workload = round(float(kv_tokens) / max(1.0, tokens[0] + tokens[1]), 1)
     sustained = highest_sustained(levels, workload)
-    tested = max((lv["concurrency"] for lv in levels), default=None)
+    tested = max((lv["load"] for lv in levels), default=None)
+    rate = None
+    if workload.get("mode") == "rate":  # the concurrency it took: the most in flight then
+        rate = sustained
+        at = [lv for lv in levels if lv["load"] == sustained]
+        sustained = at[0].get("peak_in_flight") if at else None
+        tested = None
     return {
         "plan_max_concurrency": layout.get("plan_max_concurrency"),
         "plan_at_workload": at_workload,
         "request_tokens": None if tokens is None else round(tokens[0] + tokens[1], 1),
         "sustained": sustained,
+        "sustained_rate": rate,
         "highest_tested": tested,
-        "note": _note(sustained, tested, at_workload),
+        "note": (
+            f"Sustained {rate:g} req/s, with at most {sustained} requests in flight."
+            if rate is not None
+            else _note(sustained, tested, at_workload)
+        ),
     }
 
 
-def _note(sustained: int | None, tested: int | None, at_workload: float | None) -> str:
+def _note(sustained: float | None, tested: float | None, at_workload: float | None) -> str:
     if sustained is None:
         return "No level was sustained (every request answered, the SLA met)."
     if at_workload is not None and sustained < min(tested or 0, at_workload):
@@ -76,7 +88,7 @@ def _note(sustained: int | None, tested: int | None, at_workload: float | None) 
             f"Sustained {sustained} concurrent requests, below what the KV cache holds at this "
             f"request size ({at_workload:g}): something other than KV-cache room limits it."
         )
-    if sustained == tested:
+    if tested is not None and sustained == tested:
         return f"Every level up to {tested} was sustained: the limit lies above the tested load."
     return f"Sustained up to {sustained} concurrent requests."
 
@@ -96,14 +108,14 @@ def histogram(values_ms: Sequence[float], bins: int = HISTOGRAM_BINS) -> dict[st
 
 def chart_levels(levels: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-level series for the throughput and latency charts, and the distributions."""
-    ordered = sorted(levels, key=lambda lv: lv["concurrency"])
+    ordered = sorted(levels, key=lambda lv: lv["load"])
     latency: dict[str, dict[str, list[float | None]]] = {}
     for key in LATENCY_KEYS:
         latency[key] = {
             p: [(lv.get(key) or {}).get(p) for lv in ordered] for p in ("p50", "p95", "p99", "mean")
         }
     return {
-        "concurrency": [lv["concurrency"] for lv in ordered],
+        "load": [lv["load"] for lv in ordered],
         "output_throughput": [lv["output_throughput"] for lv in ordered],
         "request_throughput": [lv["request_throughput"] for lv in ordered],
         "failed": [lv["failed"] for lv in ordered],

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DISTRIBUTIONS = ("fixed", "uniform", "normal")
+MODES = ("concurrency", "rate")  # closed loop of N clients, or Poisson arrivals at N req/s
+MAX_RATE = 10_000.0
 MAX_LEVELS = 12
 MAX_CONCURRENCY = 1024
 MAX_REQUESTS = 100_000
@@ -63,13 +65,15 @@ class Lengths:
 class Workload:
     prompt: Lengths
     output: Lengths
-    levels: tuple[int, ...]
+    levels: tuple[float, ...]  # concurrencies (whole numbers) or request rates (req/s)
     requests_per_level: int | None = None
     duration_s: float | None = None
     seed: int = 0
     sla_ttft_p95_ms: float | None = None
     sla_itl_p95_ms: float | None = None
     prompts: tuple[str, ...] = field(default=(), repr=False)  # uploaded; synthetic when empty
+    mode: str = "concurrency"
+    max_concurrency: int | None = None  # rate mode: at most this many requests in flight
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +86,8 @@ class Workload:
             "sla_ttft_p95_ms": self.sla_ttft_p95_ms,
             "sla_itl_p95_ms": self.sla_itl_p95_ms,
             "prompts": list(self.prompts),
+            "mode": self.mode,
+            "max_concurrency": self.max_concurrency,
         }
 
     @property
@@ -95,10 +101,14 @@ class Workload:
             else f"{self.duration_s:g} s"
         )
         source = f"{len(self.prompts)} uploaded prompts" if self.prompts else "synthetic prompts"
+        values = ", ".join(f"{v:g}" for v in self.levels)
+        load = f"concurrency {values}"
+        if self.mode == "rate":
+            cap = f", at most {self.max_concurrency} in flight" if self.max_concurrency else ""
+            load = f"request rate {values} req/s (Poisson arrivals{cap})"
         return (
             f"prompt {_length_text(self.prompt, 'words')}, output "
-            f"{_length_text(self.output, 'tokens')}, concurrency "
-            f"{', '.join(map(str, self.levels))}, {per} a level, {source}"
+            f"{_length_text(self.output, 'tokens')}, {load}, {per} a level, {source}"
         )
 
 
@@ -109,20 +119,33 @@ def _length_text(lengths: Lengths, unit: str) -> str:
     return f"{lengths.mean} {sign} {lengths.spread} {unit} ({lengths.kind})"
 
 
-def parse_levels(text: str | list[Any] | tuple[Any, ...]) -> tuple[int, ...]:
-    """ "1,2,4" or [1, 2, 4] → (1, 2, 4): distinct, ascending, each 1..MAX_CONCURRENCY."""
+def parse_levels(
+    text: str | list[Any] | tuple[Any, ...], mode: str = "concurrency"
+) -> tuple[float, ...]:
+    """ "1,2,4" or [1, 2, 4] → (1, 2, 4): distinct, ascending; concurrencies are whole numbers
+    1..MAX_CONCURRENCY, request rates numbers above 0 up to MAX_RATE req/s."""
     items = text.replace(" ", "").split(",") if isinstance(text, str) else list(text)
+    kind = int if mode == "concurrency" else float
     try:
-        levels = sorted({int(item) for item in items if str(item) != ""})
+        levels = sorted({kind(item) for item in items if str(item) != ""})
     except (TypeError, ValueError):
+        example = "1,4,16" if kind is int else "0.5,2,8"
         raise WorkloadError(
-            f"Concurrency levels: whole numbers separated by commas, such as 1,4,16 (got {text!r})."
+            f"Levels: {'whole ' if kind is int else ''}numbers separated by commas, such as "
+            f"{example} (got {text!r})."
         ) from None
     if not levels:
-        raise WorkloadError("Concurrency levels: give at least one, such as 1,4,16.")
-    if len(levels) > MAX_LEVELS or levels[0] < 1 or levels[-1] > MAX_CONCURRENCY:
+        raise WorkloadError("Levels: give at least one, such as 1,4,16.")
+    high = MAX_CONCURRENCY if kind is int else MAX_RATE
+    if (
+        len(levels) > MAX_LEVELS
+        or not levels[0] > 0
+        or levels[-1] > high
+        or levels[-1] != levels[-1]
+    ):
         raise WorkloadError(
-            f"Concurrency levels: at most {MAX_LEVELS} levels, each from 1 to {MAX_CONCURRENCY}."
+            f"Levels: at most {MAX_LEVELS} levels, each above 0 and at most {high:g}"
+            f"{'' if kind is int else ' req/s'}."
         )
     return tuple(levels)
 
@@ -133,16 +156,25 @@ def parse_workload(data: Mapping[str, Any]) -> Workload:
     duration = _optional_number(data, "duration_s", float, 1.0, MAX_DURATION_S)
     if (requests is None) == (duration is None):
         raise WorkloadError("Give either a number of requests per level or a duration per level.")
+    mode = str(data.get("mode") or "concurrency")
+    if mode not in MODES:
+        raise WorkloadError(f"Mode: one of {', '.join(MODES)}.")
     return Workload(
         prompt=_lengths(data.get("prompt"), "Prompt length", MAX_PROMPT_WORDS),
         output=_lengths(data.get("output"), "Output length", MAX_OUTPUT_TOKENS),
-        levels=parse_levels(data.get("levels", "")),
+        levels=parse_levels(data.get("levels", ""), mode),
         requests_per_level=requests,
         duration_s=duration,
         seed=_optional_number(data, "seed", int, 0, 2**31) or 0,
         sla_ttft_p95_ms=_optional_number(data, "sla_ttft_p95_ms", float, 0.001, 3_600_000),
         sla_itl_p95_ms=_optional_number(data, "sla_itl_p95_ms", float, 0.001, 3_600_000),
         prompts=parse_prompts(data.get("prompts") or ()),
+        mode=mode,
+        max_concurrency=(
+            _optional_number(data, "max_concurrency", int, 1, MAX_CONCURRENCY)
+            if mode == "rate"
+            else None
+        ),
     )
 
 

@@ -1,6 +1,9 @@
-"""Concurrency levels, one after another: N closed-loop clients, each sending its next request
-when its last one is answered (`vllm bench serve --max-concurrency N`, guidellm's concurrent
-profile). No Django: the host task hands in its hooks (progress, cancel, the GPU simulation).
+"""Levels, one after another: N closed-loop clients, each sending its next request when its
+last one is answered (`vllm bench serve --max-concurrency N`, guidellm's concurrent profile),
+or requests arriving at N per second with exponential gaps, a Poisson process
+(`vllm bench serve --request-rate N`, burstiness 1; guidellm's poisson profile), at most
+`concurrency` of them in flight. No Django: the host task hands in its hooks (progress,
+cancel, the GPU simulation).
 
 A level ends when its requests are sent and answered, or its duration is over and the requests
 in flight are answered; early when the run is cancelled (in-flight requests are dropped) or the
@@ -10,6 +13,7 @@ engine is gone (a refused connection: nothing listens on its port any more).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Iterator
 from concurrent.futures import Executor
@@ -39,17 +43,23 @@ class Hooks(Protocol):
         """Show progress; True when the run is to stop (cancelled)."""
         ...
 
-    def level_load(self, concurrency: int | None) -> None:
-        """The load starts (a concurrency) or ends (None): simulated GPUs follow it."""
+    def level_load(self, load: float | None) -> None:
+        """The load starts (a concurrency or a rate) or ends (None): simulated GPUs follow it."""
         ...
 
 
 @dataclass(frozen=True, slots=True)
 class LevelPlan:
     index: int
-    concurrency: int
+    concurrency: int  # clients (closed loop), or the most requests in flight (rate)
     requests: int | None = None
     duration_s: float | None = None
+    rate: float | None = None  # requests per second: open loop
+    seed: int = 0
+
+    @property
+    def load(self) -> float:
+        return self.concurrency if self.rate is None else self.rate
 
 
 @dataclass
@@ -60,6 +70,7 @@ class LevelOutcome:
     started_ms: int = 0
     ended_ms: int = 0
     stopped: str = ""  # "", CANCELLED or GONE
+    peak_in_flight: int = 0
     engine: dict[str, Any] = field(default_factory=dict)
     client_cpu_pct: float | None = None
 
@@ -69,6 +80,7 @@ class _Level:
         self.plan, self.prompts = plan, prompts
         self.outcome = LevelOutcome(plan)
         self.issued = 0
+        self.in_flight = 0
         self.deadline = 0.0
 
     def next_prompt(self) -> PromptSpec | None:
@@ -86,7 +98,7 @@ class _Level:
         results = self.outcome.results
         return {
             "level": self.plan.index,
-            "concurrency": self.plan.concurrency,
+            "load": self.plan.load,
             "done": len(results),
             "failed": sum(1 for r in results if not r.ok),
             "total": self.plan.requests,
@@ -94,12 +106,48 @@ class _Level:
         }
 
 
+async def _one(
+    session: aiohttp.ClientSession, target: Target, level: _Level, spec: PromptSpec
+) -> None:
+    level.in_flight += 1
+    level.outcome.peak_in_flight = max(level.outcome.peak_in_flight, level.in_flight)
+    try:
+        result = await send(session, target, spec.text, spec.max_tokens)
+    finally:
+        level.in_flight -= 1
+    level.outcome.results.append(result)
+    if result.engine_gone:
+        level.outcome.stopped = level.outcome.stopped or GONE
+
+
 async def _client(session: aiohttp.ClientSession, target: Target, level: _Level) -> None:
     while (spec := level.next_prompt()) is not None:
-        result = await send(session, target, spec.text, spec.max_tokens)
-        level.outcome.results.append(result)
-        if result.engine_gone:
-            level.outcome.stopped = level.outcome.stopped or GONE
+        await _one(session, target, level, spec)
+
+
+async def _arrivals(
+    session: aiohttp.ClientSession, target: Target, level: _Level, rate: float
+) -> None:
+    """Send at exponential gaps (seeded), never more than `concurrency` at once."""
+    rng = random.Random(level.plan.seed * 1_000_003 + level.plan.index)  # noqa: S311
+    slots = asyncio.Semaphore(level.plan.concurrency)
+    sent: set[asyncio.Task[None]] = set()
+    next_s = time.perf_counter()
+
+    async def limited(spec: PromptSpec) -> None:
+        async with slots:
+            await _one(session, target, level, spec)
+
+    try:
+        while (spec := level.next_prompt()) is not None:
+            sent.add(asyncio.create_task(limited(spec)))
+            next_s += rng.expovariate(rate)
+            await asyncio.sleep(max(0.0, next_s - time.perf_counter()))
+        await asyncio.gather(*sent)
+    finally:
+        for task in sent:
+            task.cancel()  # a cancelled level drops what is in flight
+        await asyncio.gather(*sent, return_exceptions=True)
 
 
 async def _watch(
@@ -140,9 +188,13 @@ async def run_level(
         started = time.perf_counter()
         level.deadline = started + (plan.duration_s or 0)
         out.started_ms = time.time_ns() // 1_000_000
-        clients = [
-            asyncio.create_task(_client(session, target, level)) for _ in range(plan.concurrency)
-        ]
+        if plan.rate is not None:
+            clients = [asyncio.create_task(_arrivals(session, target, level, plan.rate))]
+        else:
+            clients = [
+                asyncio.create_task(_client(session, target, level))
+                for _ in range(plan.concurrency)
+            ]
         await _watch(level, hooks, clients, executor)
         await asyncio.gather(*clients, return_exceptions=True)
         out.duration_s = time.perf_counter() - started

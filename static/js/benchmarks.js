@@ -21,11 +21,12 @@
 
   function runCharts(data) {
     const lv = data.levels;
-    const c = lv.concurrency;
+    const c = lv.load;
+    const axis = data.mode === "rate" ? "request rate (req/s)" : "concurrency";
     plot("chart-throughput", [
       line(c, lv.output_throughput, "output tok/s"),
       line(c, lv.request_throughput, "requests/s", { yaxis: "y2", line: { dash: "dash" } }),
-    ], { title: { text: "Throughput vs concurrency" }, xaxis: { title: { text: "concurrency" }, type: "log" },
+    ], { title: { text: "Throughput vs " + axis }, xaxis: { title: { text: axis }, type: "log" },
          yaxis: { title: { text: "tok/s" }, rangemode: "tozero" },
          yaxis2: { title: { text: "req/s" }, overlaying: "y", side: "right", rangemode: "tozero" } });
     const shapes = [];
@@ -37,10 +38,10 @@
       line(c, lv.latency.ttft_ms.p99, "TTFT p99"),
       line(c, lv.latency.itl_ms.p95, "ITL p95"),
       line(c, lv.latency.e2el_ms.p95, "E2EL p95"),
-    ], { title: { text: "Latency percentiles vs concurrency" }, xaxis: { title: { text: "concurrency" }, type: "log" },
+    ], { title: { text: "Latency percentiles vs " + axis }, xaxis: { title: { text: axis }, type: "log" },
          yaxis: { title: { text: "ms" }, type: "log" }, shapes: shapes });
     const hist = function (key) {
-      return lv[key].map(function (h, i) { return { x: h.x, y: h.y, width: h.width, type: "bar", opacity: 0.6, name: "c=" + c[i] }; });
+      return lv[key].map(function (h, i) { return { x: h.x, y: h.y, width: h.width, type: "bar", opacity: 0.6, name: (data.mode === "rate" ? c[i] + " req/s" : "c=" + c[i]) }; });
     };
     plot("chart-ttft", hist("ttft_hist"), { title: { text: "TTFT distribution" }, barmode: "overlay", xaxis: { title: { text: "ms" } }, yaxis: { title: { text: "requests" } } });
     plot("chart-itl", hist("itl_hist"), { title: { text: "ITL distribution" }, barmode: "overlay", xaxis: { title: { text: "ms" } }, yaxis: { title: { text: "gaps" } } });
@@ -67,12 +68,14 @@
     const thr = [], lat = [];
     runs.forEach(function (r) {
       const lv = r.levels;
-      thr.push(line(lv.concurrency, lv.output_throughput, r.title));
-      lat.push(line(lv.concurrency, lv.latency.ttft_ms.p95, r.title + " TTFT p95"));
-      lat.push(line(lv.concurrency, lv.latency.itl_ms.p95, r.title + " ITL p95", { line: { dash: "dot" } }));
+      thr.push(line(lv.load, lv.output_throughput, r.title));
+      lat.push(line(lv.load, lv.latency.ttft_ms.p95, r.title + " TTFT p95"));
+      lat.push(line(lv.load, lv.latency.itl_ms.p95, r.title + " ITL p95", { line: { dash: "dot" } }));
     });
-    plot("compare-throughput", thr, { title: { text: "Output throughput vs concurrency" }, xaxis: { title: { text: "concurrency" }, type: "log" }, yaxis: { title: { text: "tok/s" }, rangemode: "tozero" } });
-    plot("compare-latency", lat, { title: { text: "Latency p95 vs concurrency" }, xaxis: { title: { text: "concurrency" }, type: "log" }, yaxis: { title: { text: "ms" }, type: "log" } });
+    const modes = runs.map(function (r) { return r.mode; });
+    const axis = modes[0] !== modes[1] ? "concurrency or request rate" : (modes[0] === "rate" ? "request rate (req/s)" : "concurrency");
+    plot("compare-throughput", thr, { title: { text: "Output throughput vs " + axis }, xaxis: { title: { text: axis }, type: "log" }, yaxis: { title: { text: "tok/s" }, rangemode: "tozero" } });
+    plot("compare-latency", lat, { title: { text: "Latency p95 vs " + axis }, xaxis: { title: { text: axis }, type: "log" }, yaxis: { title: { text: "ms" }, type: "log" } });
   }
 
   function progress() {
@@ -87,8 +90,8 @@
       const status = document.getElementById("run-status");
       status.textContent = msg.status_label;
       status.className = "badge status-" + msg.status;
-      if (p.concurrency) {
-        el.textContent = "Level " + (p.level + 1) + " · concurrency " + p.concurrency + " · " + p.done + " answered" +
+      if (p.load) {
+        el.textContent = "Level " + (p.level + 1) + " · load " + p.load + " · " + p.done + " answered" +
           (p.failed ? ", " + p.failed + " failed" : "") + (p.total ? " of " + p.total : "");
       }
       if (["succeeded", "failed", "cancelled"].indexOf(msg.status) >= 0 || msg.levels_done > levelsDone) {

@@ -74,7 +74,10 @@ def recorded_level(concurrency: int, ttft_s: float, start_ms: int, failed: int =
     ] + [RequestResult(error="HTTP 500: boom") for _ in range(failed)]  # fmt: skip
     figures = summarize(results, duration_s=2.0 / concurrency)
     figures.update(
+        load=concurrency,
         concurrency=concurrency,
+        rate=None,
+        peak_in_flight=concurrency,
         started_ms=start_ms,
         ended_ms=start_ms + 3000,
         stopped="",

@@ -81,7 +81,7 @@ def test_progress_is_pushed_to_an_open_page(
     login(page, asgi_server, viewer.username)
     page.goto(f"{asgi_server.url}/benchmarks/{run.pk}/")
     page.wait_for_timeout(1000)  # the websocket joins its group
-    run.transition("running", progress={"level": 1, "concurrency": 2, "done": 7, "failed": 1})
+    run.transition("running", progress={"level": 1, "load": 2, "done": 7, "failed": 1})
     pusher = threading.Thread(target=events.publish, args=(run,))  # as the host task does:
     pusher.start()  # off this thread, whose event loop is Playwright's
     pusher.join()

@@ -102,7 +102,7 @@ def test_meets_sla() -> None:
     ("data", "message"),
     [
         ({"prompt": 10, "output": 5, "levels": "1,x", "requests_per_level": 4}, "whole numbers"),
-        ({"prompt": 10, "output": 5, "levels": "0", "requests_per_level": 4}, "each from 1"),
+        ({"prompt": 10, "output": 5, "levels": "0", "requests_per_level": 4}, "each above 0"),
         ({"prompt": 10, "output": 5, "levels": "1"}, "either"),
         (
             {"prompt": 10, "output": 5, "levels": "1", "requests_per_level": 4, "duration_s": 5},
@@ -154,7 +154,7 @@ def test_workload_round_trips_and_repeats() -> None:
 def test_plan_vs_measured() -> None:
     levels = [
         {
-            "concurrency": 1,
+            "load": 1,
             "failed": 0,
             "completed": 10,
             "stopped": "",
@@ -164,7 +164,7 @@ def test_plan_vs_measured() -> None:
             "itl_ms": {"p95": 5},
         },
         {
-            "concurrency": 4,
+            "load": 4,
             "failed": 0,
             "completed": 10,
             "stopped": "",
@@ -174,7 +174,7 @@ def test_plan_vs_measured() -> None:
             "itl_ms": {"p95": 9},
         },
         {
-            "concurrency": 16,
+            "load": 16,
             "failed": 2,
             "completed": 8,
             "stopped": "",
@@ -191,6 +191,31 @@ def test_plan_vs_measured() -> None:
     assert pvm["request_tokens"] == 150.0 and pvm["plan_at_workload"] == 20.0
     assert pvm["sustained"] == 4 and pvm["highest_tested"] == 16
     assert "below what the KV cache holds" in pvm["note"]
+
+
+def test_rate_levels() -> None:
+    w = parse_workload(
+        {"prompt": 5, "output": 5, "levels": "2, 0.5", "requests_per_level": 3, "mode": "rate",
+         "max_concurrency": 8}
+    )  # fmt: skip
+    assert w.levels == (0.5, 2.0) and w.max_concurrency == 8
+    assert "request rate 0.5, 2 req/s (Poisson arrivals, at most 8 in flight)" in w.describe()
+    assert parse_workload(w.to_dict()) == w
+    closed = parse_workload({"prompt": 5, "output": 5, "levels": "2", "duration_s": 3,
+                             "max_concurrency": 8})  # fmt: skip
+    assert closed.mode == "concurrency" and closed.max_concurrency is None
+    for bad, message in [({"levels": "0"}, "above 0"), ({"levels": "1", "mode": "burst"}, "Mode")]:
+        with pytest.raises(WorkloadError, match=message):
+            parse_workload({"prompt": 5, "output": 5, "duration_s": 3, "mode": "rate", **bad})
+    levels = [
+        {"load": 1.0, "rate": 1.0, "failed": 0, "completed": 5, "stopped": "", "peak_in_flight": 2,
+         "prompt_tokens": 50, "output_tokens": 50, "ttft_ms": {"p95": 10}, "itl_ms": {"p95": 1}},
+        {"load": 4.0, "rate": 4.0, "failed": 1, "completed": 4, "stopped": "", "peak_in_flight": 9,
+         "prompt_tokens": 40, "output_tokens": 40, "ttft_ms": {"p95": 10}, "itl_ms": {"p95": 1}},
+    ]  # fmt: skip
+    pvm = plan_vs_measured({"plan_max_concurrency": 3.5}, levels, {"mode": "rate"})
+    assert (pvm["sustained_rate"], pvm["sustained"]) == (1.0, 2)
+    assert pvm["note"] == "Sustained 1 req/s, with at most 2 requests in flight."
 
 
 def test_histogram() -> None:

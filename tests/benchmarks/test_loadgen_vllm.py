@@ -109,7 +109,7 @@ async def test_vllm_dialect_gauges_and_the_kv_cache_reading(engine) -> None:
     high, _ = await level(url, 6)
     assert stand_in.bodies[0]["model"] == "m" and stand_in.bodies[0]["ignore_eos"] is True
     assert stand_in.bodies[0]["stream_options"] == {"include_usage": True}
-    assert hooks.ticks and hooks.ticks[0]["concurrency"] == 1
+    assert hooks.ticks and hooks.ticks[0]["load"] == 1
     for figures in (low, high):
         assert figures["completed"] == 12 and figures["output_tokens"] == 12 * 40
         assert figures["prompt_tokens"] == 12 * 9 and figures["tpot_ms"]["mean"] > 0
@@ -118,14 +118,14 @@ async def test_vllm_dialect_gauges_and_the_kv_cache_reading(engine) -> None:
     readings = [
         read_level(
             LevelEvidence(
-                concurrency=c,
+                load=c,
                 gpu_count=1,
                 output_throughput=f["output_throughput"],
                 requests=f["requests"],
                 kv_usage=f["engine"]["kv_usage_max"],
                 waiting=f["engine"]["waiting_mean"],
                 preemptions=f["engine"]["preemptions"],
-                previous_concurrency=None if c == 1 else 1,
+                previous_load=None if c == 1 else 1,
                 previous_throughput=None if c == 1 else low["output_throughput"],
             )
         )
@@ -151,3 +151,23 @@ async def test_refusals_are_counted_and_a_closed_port_is_gone(engine) -> None:
         )
     assert out.stopped == GONE and out.duration_s < 5
     assert all(r.engine_gone for r in out.results)
+
+
+async def test_request_rate_levels_arrive_open_loop_under_a_cap(engine) -> None:
+    _, url = engine
+    target = Target(url, model="m", api_key=KEY, ignore_eos=True)
+    outcomes = []
+    with ThreadPoolExecutor(1) as executor:
+        for rate, cap in ((20.0, 50), (1000.0, 3)):
+            plan = LevelPlan(0, cap, requests=16, rate=rate)
+            outcomes.append(
+                await run_level(target, plan, request_stream(WORKLOAD, 0), Hooks(), executor)
+            )
+    slow, fast = outcomes
+    assert len(slow.results) == len(fast.results) == 16
+    assert all(r.ok for r in slow.results + fast.results)
+    # 16 arrivals at 20/s take about 0.75 s (15 exponential gaps) before the last answer.
+    assert slow.duration_s > 0.3 and slow.peak_in_flight < 16
+    assert fast.peak_in_flight == 3  # the cap holds an arrival rate far above the engine's
+    starts = sorted(r.started_s for r in fast.results)
+    assert starts[-1] - starts[0] > 0.05  # queued behind the cap, not sent at once

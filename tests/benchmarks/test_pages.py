@@ -76,7 +76,8 @@ def test_start_then_cancel_is_audited(make_deployment, operator) -> None:
     assert page.status_code == 302 and page["Location"] == f"/benchmarks/{run.pk}/"
     assert run.status == "pending" and run.label == "tp1" and run.workload["levels"] == [1, 2]
     assert run.layout["host"] == d.host.name and run.layout["simulated"]
-    again = c.post(f"/deployments/{d.pk}/benchmarks/", FORM, follow=True)
+    rate = {**FORM, "mode": "rate", "levels": "0.5,2", "max_concurrency": "4"}
+    again = c.post(f"/deployments/{d.pk}/benchmarks/", rate, follow=True)
     assert "one run at a time" in again.content.decode()
     progress = c.get(f"/benchmarks/{run.pk}/progress/").json()
     assert progress == {"status": "pending", "progress": {}, "error": ""}
@@ -104,7 +105,7 @@ def test_detail_export_compare_and_section(make_deployment, recorded_run, viewer
     exported = c.get(f"/benchmarks/{a.pk}/export/")
     assert exported["Content-Disposition"] == f'attachment; filename="benchmark-{a.pk}.json"'
     data = json.loads(exported.content)
-    assert [lv["concurrency"] for lv in data["levels"]] == [1, 2, 4]
+    assert [lv["load"] for lv in data["levels"]] == [1, 2, 4]
     assert data["levels"][0]["reading"]["kind"] and data["layout"]["tensor_parallel_size"] == 1
     assert data["gpu"]["t"] and set(data["gpu"]["gpus"]) == {"0"}
     assert data["plan_vs_measured"]["plan_max_concurrency"] == 3.5
@@ -135,3 +136,15 @@ def test_command_line_starts_a_run(make_deployment, operator, viewer) -> None:
     ]:
         with pytest.raises(CommandError, match=message):
             call_command("bench_deployment", *argv, stdout=StringIO())
+
+
+def test_a_rate_run_is_labelled_by_its_rates(make_deployment, operator) -> None:
+    d = make_deployment()
+    c = client_for(operator)
+    rate = {**FORM, "mode": "rate", "levels": "0.5,2", "max_concurrency": "4"}
+    c.post(f"/deployments/{d.pk}/benchmarks/", rate)
+    run = BenchmarkRun.objects.get()
+    assert run.workload["mode"] == "rate" and run.workload["levels"] == [0.5, 2.0]
+    assert run.workload["max_concurrency"] == 4
+    page = c.get(f"/benchmarks/{run.pk}/").content.decode()
+    assert "Throughput and latency vs request rate" in page and "req/s sent" in page

@@ -55,6 +55,7 @@ def samples(utils_per_tick: list[list[float | None]], used_gib: float = 40) -> l
 
 def level(concurrency: int, throughput: float, **extra) -> dict:
     return {
+        "load": concurrency,
         "concurrency": concurrency,
         "output_throughput": throughput,
         "requests": 64,
@@ -175,7 +176,7 @@ def test_reading_of_recorded_series(name, layout, previous, this, ticks, expecte
     assert reading.kind == expected, (name, evidence)
     assert (reading.title, reading.advice) == ADVICE[expected]
     labels = dict(reading.evidence)
-    assert labels["concurrency"] == str(this["concurrency"])
+    assert labels["concurrency"] == str(this["load"])
     if ticks:
         assert labels["GPU utilization (mean)"].endswith("%")
     else:
@@ -185,7 +186,7 @@ def test_reading_of_recorded_series(name, layout, previous, this, ticks, expecte
 def test_evidence_shows_the_numbers_that_led_to_it() -> None:
     reading = read_level(
         LevelEvidence(
-            concurrency=32,
+            load=32,
             gpu_count=1,
             output_throughput=950.0,
             requests=64,
@@ -193,7 +194,7 @@ def test_evidence_shows_the_numbers_that_led_to_it() -> None:
             waiting=12.5,
             preemptions=2,
             gpu_util_pct=86.4,
-            previous_concurrency=16,
+            previous_load=16,
             previous_throughput=900.0,
         )
     )
@@ -206,9 +207,9 @@ def test_evidence_shows_the_numbers_that_led_to_it() -> None:
 
 
 def test_simulated_gpus_are_said() -> None:
-    e = LevelEvidence(concurrency=1, gpu_count=1, output_throughput=10, simulated=True)
+    e = LevelEvidence(load=1, gpu_count=1, output_throughput=10, simulated=True)
     assert "Simulated GPUs" in read_level(e).note
-    assert read_level(LevelEvidence(concurrency=1, gpu_count=1, output_throughput=10)).note == ""
+    assert read_level(LevelEvidence(load=1, gpu_count=1, output_throughput=10)).note == ""
 
 
 @pytest.mark.parametrize(
@@ -217,17 +218,17 @@ def test_simulated_gpus_are_said() -> None:
 )
 def test_throughput_gain(previous, this, gain) -> None:
     e = LevelEvidence(
-        concurrency=this[0],
+        load=this[0],
         gpu_count=1,
         output_throughput=this[1],
-        previous_concurrency=previous[0],
+        previous_load=previous[0],
         previous_throughput=previous[1],
     )
     assert throughput_gain(e) == gain
 
 
 def test_thresholds_are_edges() -> None:
-    base = {"concurrency": 4, "gpu_count": 1, "output_throughput": 100.0}
+    base = {"load": 4, "gpu_count": 1, "output_throughput": 100.0}
     assert classify(LevelEvidence(**base, gpu_util_pct=90.0)) == "compute"
     assert classify(LevelEvidence(**base, gpu_util_pct=89.9)) == "headroom"
     assert classify(LevelEvidence(**base, kv_usage=0.9, waiting=0.1)) == "kv_cache"

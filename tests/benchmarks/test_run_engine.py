@@ -69,7 +69,7 @@ def test_two_levels_then_a_cancelled_run(running, operator, viewer, worker) -> N
     assert run.layout["simulated"] and run.layout["gpu_indices"]
     _ended(run, worker)
     assert run.status == "succeeded", run.error + worker.log()[-3000:]
-    assert [lv["concurrency"] for lv in run.levels] == [1, 2]
+    assert [(lv["load"], lv["concurrency"]) for lv in run.levels] == [(1, 1), (2, 2)]
     for level in run.levels:
         assert level["requests"] == level["completed"] == 10 and level["failed"] == 0
         assert level["output_tokens"] == 10 * 12  # usage's completion tokens, max_tokens each
@@ -109,7 +109,7 @@ def test_two_levels_then_a_cancelled_run(running, operator, viewer, worker) -> N
         "--requests", "3", "--output", "8", "--wait", "--timeout", "60", stdout=out,
     )  # fmt: skip
     rows = out.getvalue().splitlines()
-    assert rows[0].startswith("benchmark ") and rows[1].split()[:3] == ["conc", "ok", "fail"]
+    assert rows[0].startswith("benchmark ") and rows[1].split()[:3] == ["load", "ok", "fail"]
     assert rows[2].split()[:3] == ["1", "3", "0"], rows
 
 

@@ -22,7 +22,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("deployment", help="the running deployment's name or id")
         parser.add_argument("--user", required=True, help="who starts it (operator role)")
-        parser.add_argument("--levels", default="1,4,16", help="concurrency levels, e.g. 1,4,16")
+        parser.add_argument(
+            "--levels", default="1,4,16", help="concurrencies (or rates), e.g. 1,4,16"
+        )
+        parser.add_argument("--rate", action="store_true", help="levels are request rates (req/s)")
+        parser.add_argument("--max-concurrency", type=int, help="--rate: most requests in flight")
         amount = parser.add_mutually_exclusive_group()
         amount.add_argument("--requests", type=int, help="requests per level (default 32)")
         amount.add_argument("--duration", type=float, help="seconds per level")
@@ -74,12 +78,12 @@ class Command(BaseCommand):
         return run
 
     def _table(self, run: BenchmarkRun) -> None:
-        self.stdout.write(f"{'conc':>5} {'ok':>6} {'fail':>5} {'req/s':>8} {'tok/s':>9} "
+        self.stdout.write(f"{'load':>5} {'ok':>6} {'fail':>5} {'req/s':>8} {'tok/s':>9} "
                           f"{'TTFT p50/p99 ms':>17} {'ITL p50/p99 ms':>16}  bottleneck")  # fmt: skip
-        for lv in sorted(run.levels, key=lambda lv: lv["concurrency"]):
+        for lv in sorted(run.levels, key=lambda lv: lv["load"]):
             ttft, itl = lv["ttft_ms"] or {}, lv["itl_ms"] or {}
             self.stdout.write(
-                f"{lv['concurrency']:>5} {lv['completed']:>6} {lv['failed']:>5} "
+                f"{lv['load']:>5g} {lv['completed']:>6} {lv['failed']:>5} "
                 f"{lv['request_throughput']:>8.2f} {lv['output_throughput']:>9.1f} "
                 f"{_pair(ttft):>17} {_pair(itl):>16}  {(lv.get('reading') or {}).get('title', '')}"
             )
@@ -115,4 +119,6 @@ def _workload(o: dict[str, Any]) -> dict[str, Any]:
         "sla_ttft_p95_ms": o["sla_ttft_p95_ms"],
         "sla_itl_p95_ms": o["sla_itl_p95_ms"],
         "prompts": prompts,
+        "mode": "rate" if o["rate"] else "concurrency",
+        "max_concurrency": o["max_concurrency"],
     }
