@@ -13,6 +13,7 @@ from benchmarks.models import BenchmarkRun
 from benchmarks.readings import add_readings
 from deployments.models import Deployment
 from monitoring.gpus.base import GpuSample, HostSample
+from monitoring.history import raw_key
 from monitoring.models import Gpu, Host
 from monitoring.selectors import history, redis_client
 
@@ -27,7 +28,7 @@ def sim_host(transactional_db: None) -> Host:
         Gpu.objects.create(
             host=host, index=i, uuid=f"GPU-b{i}", name="H100-80GB", memory_total_bytes=80 * GIB
         )
-    redis_client().delete(f"shardboard:gpu:raw:{HOST}")
+    redis_client().delete(raw_key(HOST))
     return host
 
 
