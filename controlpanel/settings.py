@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "monitoring",
     "deployments",
     "playground",
+    "benchmarks",
 ]
 
 MIDDLEWARE = [

@@ -28,4 +28,5 @@ urlpatterns = [
     path("", include("deployments.catalog.urls")),
     path("", include("deployments.lifecycle.urls")),
     path("", include("playground.urls")),
+    path("", include("benchmarks.urls")),
 ]

@@ -65,6 +65,16 @@ def latest_sample(host: str) -> HostSample | None:
     return history().latest(host)
 
 
+def samples_between(host: str, start_ms: int, end_ms: int) -> list[HostSample]:
+    """The host's raw samples in [start_ms, end_ms] (the last hour is kept): a benchmark's."""
+    entries = redis_client().xrange(raw_key(host), min=start_ms, max=end_ms)
+    return [
+        decode_sample(entry[b"d"] if b"d" in entry else entry["d"])
+        for _, entry in list(entries or [])
+        if entry is not None
+    ]
+
+
 # --- attribution (pure, plus the one syscall the worker makes) ---------------------------
 
 
