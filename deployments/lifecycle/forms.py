@@ -48,12 +48,14 @@ class LaunchForm(forms.Form):
     )
     replicas = forms.CharField(
         max_length=5,
+        required=False,
         initial="1",
         label="Replicas",
         help_text="how many copies of the layout, each its own engine; max: as many as fit",
     )
     placement = forms.ChoiceField(
         choices=[(v, v) for v in planning.PLACEMENTS],
+        required=False,
         initial="spread",
         label="Replica placement",
     )
@@ -73,8 +75,8 @@ class LaunchForm(forms.Form):
         ]
 
     def clean_replicas(self) -> int | None:
-        """A whole number from 1, or ``max`` (None: as many as fit)."""
-        text = str(self.cleaned_data["replicas"]).strip().lower()
+        """A whole number from 1 (blank: 1), or ``max`` (None: as many as fit)."""
+        text = str(self.cleaned_data["replicas"] or "1").strip().lower()
         if text in ("max", "all"):
             return None
         if not text.isdigit() or not 1 <= int(text) <= MAX_REPLICAS:
@@ -101,7 +103,7 @@ class LaunchForm(forms.Form):
                 kv_cache_dtype=data["kv_cache_dtype"],
                 gpu_memory_utilization=data["gpu_memory_utilization"],
                 concurrency=data["concurrency"],
-                placement=data["placement"],
+                placement=data["placement"] or "spread",
             ),
             replicas=data["replicas"],
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),

@@ -175,3 +175,19 @@ def test_list_and_detail_pages_show_one_deployment_with_its_replicas(
     assert "8101" in detail and "8102" in detail and "the engine exited unexpectedly" in detail
     third = client.get(f"/deployments/{rows[2].pk}/").content.decode()
     assert "Replica 3 of" in third and f'href="/deployments/{d.pk}/"' in third
+
+
+def test_the_launch_form_takes_replicas_and_placement(four_gpu_host, operator, client) -> None:
+    client.force_login(operator)
+    form = {"name": "chat", "model_ref": "local:0/tiny", "host": HOST, "engine": "vllm"}
+    form |= {"dtype": "auto", "kv_cache_dtype": "auto", "placement": "packed"}
+    refused = client.post("/deployments/new/", form | {"replicas": "5"})
+    assert refused.status_code == 200 and "replica 5 of 5:" in refused.content.decode()
+    bad = client.post("/deployments/new/", form | {"replicas": "two"})
+    assert "Give a number of replicas from 1" in bad.content.decode()
+    done = client.post("/deployments/new/", form | {"replicas": "max"})
+    assert done.status_code == 302
+    d = Deployment.objects.get(replica_index=1)
+    assert len(group_of(d)) == 4 and d.plan["request"]["placement"] == "packed"
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert "0/4 replicas running" in page
