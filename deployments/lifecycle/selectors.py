@@ -10,9 +10,8 @@ from django.db.models import Q
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
-from deployments import enginelog
+from deployments import enginelog, replicas
 from deployments.catalog.selectors import concurrency_text
-from deployments.lifecycle import replicas
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
 from deployments.models import Deployment, Status

@@ -20,10 +20,9 @@ from controlpanel.audit import audit_record
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
-from deployments import events, planning, sealed
+from deployments import events, planning, replicas, sealed
 from deployments.catalog.registered import host_inventory, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
-from deployments.lifecycle import replicas
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
 from deployments.planning.units import GIB
 from monitoring.models import Gpu, Host

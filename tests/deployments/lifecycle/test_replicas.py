@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from controlpanel.models import AuditEvent
-from deployments import planning
-from deployments.lifecycle import replicas, selectors
+from deployments import planning, replicas
+from deployments.lifecycle import selectors
 from deployments.lifecycle.services import (
     DeploymentError,
     LaunchRequest,
@@ -191,3 +191,17 @@ def test_the_launch_form_takes_replicas_and_placement(four_gpu_host, operator, c
     assert len(group_of(d)) == 4 and d.plan["request"]["placement"] == "packed"
     page = client.get(f"/deployments/{d.pk}/").content.decode()
     assert "0/4 replicas running" in page
+
+
+def test_a_replicas_status_push_carries_the_deployments_state(four_gpu_host, operator) -> None:
+    from deployments.events import status_payload
+
+    single = launch(operator, "solo", 1)
+    assert "group" not in status_payload(single)
+    d = launch(operator, "chat", 2)
+    second = group_of(d)[1]
+    assert second.transition(Status.FAILED, failure_reason="gone")
+    payload = status_payload(second)
+    assert payload["id"] == second.pk and payload["status"] == "failed"
+    assert payload["group"] == d.pk and payload["group_status"] == "degraded"
+    assert payload["group_summary"] == "0/2 replicas running"
