@@ -88,6 +88,12 @@ def choose_plan(
     if not result.plans:
         raise DeploymentError("No layout of this model fits the free GPUs of this host.")
     best = result.plans[0]
+    asked = best.replicas_asked
+    if not best.fits and asked and 0 < best.replicas < asked:
+        raise DeploymentError(
+            f"The free GPUs of {host.name} hold {best.replicas} of the {asked} replicas asked "
+            f"for ({best.reasons[0]}); ask for fewer, or for max."
+        )
     if not best.fits:
         raise DeploymentError("This plan does not fit: " + "; ".join(best.reasons))
     wanted = plan_request.concurrency

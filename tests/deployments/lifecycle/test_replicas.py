@@ -84,7 +84,10 @@ def test_more_replicas_than_fit_are_refused_with_the_planners_reason(
 ) -> None:
     with pytest.raises(DeploymentError) as err:
         launch(operator, "chat", 5)
-    assert "replica 5 of 5:" in str(err.value), str(err.value)
+    assert str(err.value) == (
+        f"The free GPUs of {HOST} hold 4 of the 5 replicas asked for (replica 5 of 5: needs 1 "
+        "GPU; no usable GPU left); ask for fewer, or for max."
+    )
     assert not Deployment.objects.exists() and not GpuLease.objects.exists()
     assert not AuditEvent.objects.filter(action="deployment.create").exists()
 
