@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from deployments import planning
 from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.models import Deployment
+from tests.deployments.lifecycle.test_detail_browser import assert_fits_the_viewport
 from tests.support.browser import login
 from tests.support.gateway import bearer_for
 from tests.support.live_server import LiveServer
@@ -28,7 +30,12 @@ def statuses(rows: list[Deployment]) -> list[str]:
 
 
 def test_a_dead_replica_degrades_the_deployment_and_the_other_answers(
-    host_worker: Any, model_root: Any, asgi_server: LiveServer, page: Any, operator: Any
+    host_worker: Any,
+    model_root: Any,
+    asgi_server: LiveServer,
+    page: Any,
+    operator: Any,
+    tmp_path: Path,
 ) -> None:
     worker = start_sim_worker(host_worker, HOST, model_root)
     request = LaunchRequest(
@@ -77,6 +84,7 @@ def test_a_dead_replica_degrades_the_deployment_and_the_other_answers(
 
     page.goto(f"{asgi_server.url}/deployments/{d.pk}/")
     assert page.locator("#replicas tr[data-replica='2'] .badge").inner_text() == "Failed"
+    assert_fits_the_viewport(page, tmp_path)
     assert page.locator("#stop-button").inner_text() == "Stop all 2 replicas"
     page.once("dialog", lambda dialog: dialog.accept())
     page.locator("#stop-button").click()
