@@ -39,7 +39,7 @@ def host_retire(*, user: Any, name: str, http_request: HttpRequest | None = None
     )
     if active:
         raise HostRetireError(
-            f"{name} still has active deployments ({', '.join(sorted(active))}): stop them first."
+            f"{name} still has active deployments ({', '.join(sorted(set(active)))}): stop them first."
         )
     host.retired_at = timezone.now()
     host.save(update_fields=["retired_at"])

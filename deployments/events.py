@@ -9,6 +9,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from deployments import replicas
 from deployments.models import Deployment
 
 log = logging.getLogger(__name__)
@@ -17,7 +18,9 @@ GROUP = "deployments"
 
 
 def status_payload(deployment: Deployment) -> dict[str, Any]:
-    return {
+    """The row's status; for a replica, also the state of its deployment as a whole (read in
+    the caller's transaction, so with this row's change)."""
+    payload: dict[str, Any] = {
         "type": "deployment.status",
         "id": deployment.pk,
         "name": deployment.name,
@@ -25,6 +28,16 @@ def status_payload(deployment: Deployment) -> dict[str, Any]:
         "status_label": deployment.get_status_display(),
         "failure_reason": deployment.failure_reason[:500],
     }
+    statuses = list(deployment.group().values_list("status", flat=True))
+    if len(statuses) > 1:
+        state = replicas.overall(statuses)
+        payload |= {
+            "group": deployment.group_id,
+            "group_status": state.status,
+            "group_label": state.label,
+            "group_summary": state.summary,
+        }
+    return payload
 
 
 def publish(deployment: Deployment) -> None:

@@ -82,6 +82,12 @@ class Deployment(models.Model):
     restart_count = models.PositiveIntegerField(default=0, help_text="automatic restarts in a row")
     auto_restart = models.BooleanField(default=False, help_text="restart the engine if it dies")
     restart_at = models.DateTimeField(null=True, blank=True, help_text="next automatic restart")
+    # A launch of N replicas is N rows: the first (replica 1, ``replica_of`` empty) stands for
+    # the deployment on the pages; each row has its own GPUs, engine, port and state.
+    replica_of = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="replicas"
+    )
+    replica_index = models.PositiveSmallIntegerField(default=1, help_text="1 for the first")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deployments"
     )
@@ -89,19 +95,33 @@ class Deployment(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "replica_index"]
         constraints = [
             models.UniqueConstraint(
-                fields=["name"],
+                fields=["name", "replica_index"],
                 condition=Q(
                     status__in=["pending", "starting", "running", "stopping", "restarting"]
                 ),
-                name="deployment_active_name_unique",
-            )
+                name="deployment_active_name_replica_unique",
+            ),
+            models.CheckConstraint(
+                condition=Q(replica_index__gte=1), name="deployment_replica_index_positive"
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+    @property
+    def group_id(self) -> int:
+        """The pk of the first replica: the deployment as the pages show it."""
+        return self.replica_of_id or self.pk
+
+    def group(self) -> models.QuerySet[Deployment]:
+        """Every replica of this launch, the first first."""
+        return Deployment.objects.filter(
+            Q(pk=self.group_id) | Q(replica_of_id=self.group_id)
+        ).order_by("replica_index")
 
     @property
     def is_active(self) -> bool:

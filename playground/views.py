@@ -21,7 +21,7 @@ def playground_index(request: HttpRequest) -> HttpResponse:
     user = request.user
     runs = [selectors.run_payload(run) for run in selectors.runs_of(user=user)]
     context = {
-        "deployments": list(targets.deployments_usable(user=user)),
+        "deployments": targets.models_usable(user=user),
         "tokens": list(selectors.tokens_of(user=user)),
         "runs": runs,
         "max_tokens_cap": settings.PLAYGROUND_MAX_TOKENS,

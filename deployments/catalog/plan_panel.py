@@ -298,12 +298,17 @@ def chart_data(per_gpu: list[dict[str, int]], labels: list[str]) -> dict[str, An
 
 
 def launch_note(p: planning.Plan) -> str:
-    """One deployment is one replica: say so where the plan has room for more."""
+    """How many engines Launch starts: the replicas asked for, else one (room for more or not)."""
     gpus = p.gpus_per_replica
     where = f"{gpus} GPU{'s' if gpus != 1 else ''}"
+    if p.replicas_asked > 1:
+        return f"Launch starts {p.replicas_asked} replicas, each its own engine on {where}."
     if p.replicas <= 1:
         return f"Launch starts the engine on {where}."
-    return f"Launch starts one replica on {where}; launch again for each further replica."
+    return (
+        f"Launch starts one replica on {where}; ask for a number of replicas to launch "
+        "several as one deployment."
+    )
 
 
 def launch_fields(
@@ -330,4 +335,7 @@ def launch_fields(
         "gpu_memory_utilization": text(req.gpu_memory_utilization),
         # the stated load: the launch sizes its share of each GPU again, on what is free then
         "concurrency": text(req.concurrency),
+        # as many as fit is what the panel shows by default; a launch takes them only if asked
+        "replicas": text(req.replicas or 1),
+        "placement": req.placement,
     }

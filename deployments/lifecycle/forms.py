@@ -10,6 +10,7 @@ from django.conf import settings
 from deployments import planning
 from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
+from deployments.planning.request import MAX_REPLICAS
 from monitoring.models import Host
 
 
@@ -45,6 +46,19 @@ class LaunchForm(forms.Form):
         label="Full-length requests at once",
         help_text="sizes this deployment's share of each GPU; blank: 92 % of each GPU",
     )
+    replicas = forms.CharField(
+        max_length=5,
+        required=False,
+        initial="1",
+        label="Replicas",
+        help_text="how many copies of the layout, each its own engine; max: as many as fit",
+    )
+    placement = forms.ChoiceField(
+        choices=[(v, v) for v in planning.PLACEMENTS],
+        required=False,
+        initial="spread",
+        label="Replica placement",
+    )
     auto_restart = forms.ChoiceField(
         choices=[("", "Server default"), ("on", "On"), ("off", "Off")],
         required=False,
@@ -59,6 +73,17 @@ class LaunchForm(forms.Form):
             ("on", "On"),
             ("off", "Off"),
         ]
+
+    def clean_replicas(self) -> int | None:
+        """A whole number from 1 (blank: 1), or ``max`` (None: as many as fit)."""
+        text = str(self.cleaned_data["replicas"] or "1").strip().lower()
+        if text in ("max", "all"):
+            return None
+        if not text.isdigit() or not 1 <= int(text) <= MAX_REPLICAS:
+            raise forms.ValidationError(
+                f"Give a number of replicas from 1 to {MAX_REPLICAS:,}, or max."
+            )
+        return int(text)
 
     def launch_request(self) -> LaunchRequest:
         data = self.cleaned_data
@@ -78,6 +103,8 @@ class LaunchForm(forms.Form):
                 kv_cache_dtype=data["kv_cache_dtype"],
                 gpu_memory_utilization=data["gpu_memory_utilization"],
                 concurrency=data["concurrency"],
+                placement=data["placement"] or "spread",
             ),
+            replicas=data["replicas"],
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
         )

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from django.db.models import QuerySet
+from django.db.models import Q
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
-from deployments import enginelog
+from deployments import enginelog, replicas
 from deployments.catalog.selectors import concurrency_text
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
@@ -31,15 +31,59 @@ class ListFilters:
         return cls(query.get("status", ""), query.get("host", ""), query.get("owner", "").strip())
 
 
-def deployment_rows(filters: ListFilters) -> QuerySet[Deployment]:
-    rows = Deployment.objects.select_related("host", "created_by").prefetch_related("leases__gpu")
+@dataclass(frozen=True, slots=True)
+class ListRow:
+    """One deployment of the list: its first replica's row, and the state of all of them."""
+
+    d: Deployment
+    state: replicas.GroupState
+    gpus: list[list[int]]  # the GPU indices each replica holds now
+
+    @property
+    def grouped(self) -> bool:
+        return self.state.total > 1
+
+
+def deployment_rows(filters: ListFilters) -> list[ListRow]:
+    """One row per deployment (its replicas folded in); a filter matches any of its replicas."""
+    rows = (
+        Deployment.objects.filter(replica_of__isnull=True)
+        .select_related("host", "created_by")
+        .prefetch_related("leases__gpu", "replicas__leases__gpu")
+    )
     if filters.status:
-        rows = rows.filter(status=filters.status)
+        rows = rows.filter(Q(status=filters.status) | Q(replicas__status=filters.status))
     if filters.host:
-        rows = rows.filter(host__name=filters.host)
+        rows = rows.filter(Q(host__name=filters.host) | Q(replicas__host__name=filters.host))
     if filters.owner:
         rows = rows.filter(created_by__username__icontains=filters.owner)
-    return rows
+    return [_list_row(d) for d in rows.distinct()]
+
+
+def _list_row(d: Deployment) -> ListRow:
+    members = [d, *sorted(d.replicas.all(), key=lambda r: r.replica_index)]
+    gpus = [sorted(lease.gpu.index for lease in m.leases.all() if lease.active) for m in members]
+    return ListRow(d, replicas.overall([m.status for m in members]), gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaRow:
+    d: Deployment
+    gpus: list[int]  # held now; the planned ones once the leases are released
+
+    @property
+    def gpu_text(self) -> str:
+        return ", ".join(str(i) for i in self.gpus) or "none"
+
+
+def replica_rows(deployment: Deployment) -> list[ReplicaRow]:
+    """Every replica of the deployment ``deployment`` belongs to, the first first."""
+    out = []
+    for r in deployment.group().select_related("host").prefetch_related("leases__gpu"):
+        held = sorted(lease.gpu.index for lease in r.leases.all() if lease.active)
+        planned = [g.get("index") for g in (r.plan.get("gpus") or [[]])[0]]
+        out.append(ReplicaRow(r, held or [i for i in planned if isinstance(i, int)]))
+    return out
 
 
 def host_names() -> list[str]:
@@ -53,9 +97,15 @@ def planned_memory(deployment: Deployment) -> list[dict[str, Any]]:
 
 
 def detail_context(deployment: Deployment) -> dict[str, Any]:
-    audit = AuditEvent.objects.filter(target_type="deployment", target_id=str(deployment.pk))
+    group = replica_rows(deployment)
+    first = group[0].d if group else deployment
+    ids = {str(deployment.pk), str(first.pk)}  # a replica's page shows the launch's audit too
+    audit = AuditEvent.objects.filter(target_type="deployment", target_id__in=ids)
     return {
         "d": deployment,
+        "first": first,
+        "replicas": group if len(group) > 1 else [],
+        "group": replicas.overall([r.d.status for r in group] or [deployment.status]),
         "events": deployment.events.all(),
         "leases": deployment.leases.select_related("gpu"),
         "planned": planned_memory(deployment),

@@ -7,7 +7,9 @@ sent on commit, so a worker never sees a row that might still roll back.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -18,7 +20,7 @@ from controlpanel.audit import audit_record
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
-from deployments import events, planning, sealed
+from deployments import events, planning, replicas, sealed
 from deployments.catalog.registered import host_inventory, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
@@ -43,6 +45,9 @@ class LaunchRequest:
     plan_request: planning.PlanRequest = field(default_factory=planning.PlanRequest)
     gpu_indices: tuple[int, ...] | None = None
     auto_restart: bool | None = None  # None: the server's SHARDBOARD_AUTO_RESTART
+    # Replicas of the layout, each its own engine on its own GPUs; None: as many as fit.
+    # The planner's ``plan_request.replicas`` is ignored: this field decides.
+    replicas: int | None = 1
 
 
 def _require(user: Any, role: Role) -> None:
@@ -71,7 +76,10 @@ def choose_plan(
     only = set(request.gpu_indices) if request.gpu_indices else None
     inventory = host_inventory(host, only_indices=only)
     plan_request = replace(
-        request.plan_request, model=source.engine_model, revision=source.revision
+        request.plan_request,
+        model=source.engine_model,
+        revision=source.revision,
+        replicas=request.replicas,
     )
     try:
         result = planning.plan(spec, inventory, plan_request)
@@ -80,6 +88,12 @@ def choose_plan(
     if not result.plans:
         raise DeploymentError("No layout of this model fits the free GPUs of this host.")
     best = result.plans[0]
+    asked = best.replicas_asked
+    if not best.fits and asked and 0 < best.replicas < asked:
+        raise DeploymentError(
+            f"The free GPUs of {host.name} hold {best.replicas} of the {asked} replicas asked "
+            f"for ({best.reasons[0]}); ask for fewer, or for max."
+        )
     if not best.fits:
         raise DeploymentError("This plan does not fit: " + "; ".join(best.reasons))
     wanted = plan_request.concurrency
@@ -109,18 +123,23 @@ class ReservationConflict(DeploymentError):
     """Another launch reserved the memory this plan counted on, after it was made."""
 
 
-def _reserve(deployment: Deployment, host: Host, plan: planning.Plan) -> None:
-    """Reserve the plan's bytes on each GPU of its replica, or refuse if they no longer fit.
+def _reserve(rows: list[Deployment], host: Host, plan: planning.Plan) -> None:
+    """Reserve the plan's bytes on each GPU of every replica (``rows[k]`` runs replica k + 1),
+    or refuse if they no longer fit.
 
     The GPU rows are locked in primary-key order (no deadlock between launches sharing GPUs)
     before the active reservations are summed, so a concurrent launch waits for this
     transaction and then sees its reservations: no interleaving over-commits a GPU. SQLite
     takes its one write lock at the transaction's first statement (IMMEDIATE), which does
-    the same.
+    the same. Every replica runs the first one's command, so each reserves the same bytes.
     """
-    wanted = {
-        ref.index: mem.total_bytes for ref, mem in zip(plan.gpus[0], plan.per_gpu, strict=True)
-    }
+    per_replica = [
+        {ref.index: mem.total_bytes for ref, mem in zip(refs, plan.per_gpu, strict=True)}
+        for refs in plan.gpus[: len(rows)]
+    ]
+    wanted: Counter[int] = Counter()
+    for replica in per_replica:
+        wanted.update(replica)
     gpus = list(Gpu.objects.select_for_update().filter(host=host, index__in=wanted).order_by("pk"))
     if len(gpus) != len(wanted):
         raise DeploymentError(f"A GPU of this plan is no longer registered on {host.name}.")
@@ -129,8 +148,11 @@ def _reserve(deployment: Deployment, host: Host, plan: planning.Plan) -> None:
         others = held.get(gpu.pk, 0)
         if others + wanted[gpu.index] > gpu.memory_total_bytes:
             raise ReservationConflict(_over_message(host, gpu, others, wanted[gpu.index]))
+    by_index = {gpu.index: gpu for gpu in gpus}
     GpuLease.objects.bulk_create(
-        GpuLease(deployment=deployment, gpu=gpu, memory_bytes=wanted[gpu.index]) for gpu in gpus
+        GpuLease(deployment=row, gpu=by_index[index], memory_bytes=size)
+        for row, replica in zip(rows, per_replica, strict=True)
+        for index, size in replica.items()
     )
 
 
@@ -170,11 +192,13 @@ def deployment_create(
         raise DeploymentError(str(exc)) from exc
     engine = _engine_for(request, host, source)
     hub_token = None if source.is_local else (hub_token or "").strip() or None
-    overrides = {
+    overrides: dict[str, Any] = {
         k: v
         for k, v in asdict(request.plan_request).items()
-        if v is not None and k not in ("model", "revision")  # both are columns of the row
+        # model and revision are columns of the row; replicas is the launch's own
+        if v is not None and k not in ("model", "revision", "replicas")
     }
+    overrides["replicas"] = "max" if request.replicas is None else request.replicas
     auto_restart = (
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
@@ -201,38 +225,38 @@ def _create(
     http_request: HttpRequest | None,
 ) -> Deployment:
     snapshot = planning.plan_details(plan)
+    count = max(len(plan.gpus), 1)
     try:
         with transaction.atomic():
-            deployment = Deployment.objects.create(
-                name=name,
-                model_id=source.engine_model,
-                revision=source.revision,
-                engine=engine,
-                host=host,
-                plan={**snapshot, "model_ref": source.ref, "request": options["overrides"]},
-                auto_restart=options["auto_restart"],
-                hub_token_sealed=sealed.seal(options["hub_token"] or ""),
-                created_by=user,
-            )
+            rows = _create_rows(user, name, host, source, engine, snapshot, options, count)
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
-    _reserve(deployment, host, plan)
-    key = deployment.engine_api_key()
-    deployment.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
-    deployment.save(update_fields=["api_key_hash"])
-    deployment.events.create(new_status=Status.PENDING, reason=f"created by {user.get_username()}")
+    _reserve(rows, host, plan)
+    for row in rows:
+        key = row.engine_api_key()
+        row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
+        row.save(update_fields=["api_key_hash"])
+        which = f" (replica {row.replica_index} of {count})" if count > 1 else ""
+        row.events.create(
+            new_status=Status.PENDING, reason=f"created by {user.get_username()}{which}"
+        )
+    first = rows[0]
     audit_record(
         actor=user,
         action="deployment.create",
         target_type="deployment",
-        target_id=deployment.pk,
+        target_id=first.pk,
         request=http_request,
         detail={
             "name": name,
             "model": source.ref,
             "engine": engine,
             "host": host.name,
+            "replicas": count,
+            "replicas_asked": options["overrides"].get("replicas", 1),
             "gpus": [g["index"] for g in snapshot["gpus"][0]],
+            "replica_gpus": [[g["index"] for g in r] for r in snapshot["gpus"][:count]],
+            "replica_ids": [row.pk for row in rows],
             "reserved_bytes": [g["total_bytes"] for g in snapshot["per_gpu"]],
             "planned_command": snapshot["command"],
             "tensor_parallel_size": plan.tensor_parallel_size,
@@ -241,8 +265,47 @@ def _create(
             "hub_token": "the launcher's own" if options["hub_token"] else "none given",
         },
     )
-    transaction.on_commit(lambda: _enqueue("deployments.launch", deployment))
-    return deployment
+    for row in rows:
+        transaction.on_commit(partial(_enqueue, "deployments.launch", row))
+    return first
+
+
+def _create_rows(
+    user: Any,
+    name: str,
+    host: Host,
+    source: ModelSource,
+    engine: str,
+    snapshot: dict[str, Any],
+    options: dict[str, Any],
+    count: int,
+) -> list[Deployment]:
+    """The first replica's row, then one per further replica pointing at it; each row's plan
+    names its own GPUs."""
+    rows: list[Deployment] = []
+    for index in range(1, count + 1):
+        gpus = snapshot["gpus"][index - 1 : index]
+        rows.append(
+            Deployment.objects.create(
+                name=name,
+                model_id=source.engine_model,
+                revision=source.revision,
+                engine=engine,
+                host=host,
+                plan={
+                    **snapshot,
+                    "gpus": gpus,
+                    "model_ref": source.ref,
+                    "request": options["overrides"],
+                },
+                auto_restart=options["auto_restart"],
+                hub_token_sealed=sealed.seal(options["hub_token"] or ""),
+                created_by=user,
+                replica_of=rows[0] if rows else None,
+                replica_index=index,
+            )
+        )
+    return rows
 
 
 def _enqueue(task_name: str, deployment: Deployment) -> None:
@@ -255,23 +318,32 @@ def _enqueue(task_name: str, deployment: Deployment) -> None:
 def deployment_stop(
     *, user: Any, deployment: Deployment, http_request: HttpRequest | None = None
 ) -> Deployment:
+    """Stop every replica still up (one audit row for them all); returns the first replica."""
     _require(user, Role.OPERATOR)
-    deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
-    if deployment.status in (Status.STOPPING, Status.STOPPED, Status.FAILED):
-        raise DeploymentError(
-            f"{deployment.name} is already {deployment.get_status_display().lower()}."
-        )
-    deployment.transition(Status.STOPPING, reason=f"stop requested by {user.get_username()}")
+    rows = list(deployment.group().select_for_update().order_by("pk"))
+    first = rows[0]
+    live = [r for r in rows if r.status not in (Status.STOPPING, Status.STOPPED, Status.FAILED)]
+    if not live:
+        state = replicas.overall([r.status for r in rows])
+        raise DeploymentError(f"{first.name} is already {state.label.lower()}.")
+    for row in live:
+        row.transition(Status.STOPPING, reason=f"stop requested by {user.get_username()}")
     audit_record(
         actor=user,
         action="deployment.stop",
         target_type="deployment",
-        target_id=deployment.pk,
+        target_id=first.pk,
         request=http_request,
-        detail={"name": deployment.name, "host": deployment.host.name},
+        detail={
+            "name": first.name,
+            "host": first.host.name,
+            "replicas": len(live),
+            "replica_ids": [r.pk for r in live],
+        },
     )
-    transaction.on_commit(lambda: _enqueue("deployments.stop", deployment))
-    return deployment
+    for row in live:
+        transaction.on_commit(partial(_enqueue, "deployments.stop", row))
+    return first
 
 
 def deployment_relaunch(
@@ -281,18 +353,24 @@ def deployment_relaunch(
     http_request: HttpRequest | None = None,
     hub_token: str | None = None,
 ) -> Deployment:
-    """A new deployment with the same model, host and plan settings (the old one must be ended)."""
-    if deployment.is_active:
-        raise DeploymentError(f"Stop {deployment.name} first; a restart launches it anew.")
-    plan = deployment.plan
+    """A new deployment with the same model, host, plan settings and replicas asked for (every
+    replica of the old one must have ended)."""
+    group = list(deployment.group())
+    first = group[0]
+    if any(r.is_active for r in group):
+        raise DeploymentError(f"Stop {first.name} first; a restart launches it anew.")
+    plan = first.plan
+    overrides = dict(plan.get("request", {}))
+    asked = overrides.pop("replicas", 1)  # launched before replicas: one
     request = LaunchRequest(
-        name=deployment.name,
-        model_ref=plan.get("model_ref", deployment.model_id),
-        host_name=deployment.host.name,
-        engine=deployment.engine,
-        revision=deployment.revision,
-        plan_request=planning.PlanRequest(**plan.get("request", {})),
-        auto_restart=deployment.auto_restart,
+        name=first.name,
+        model_ref=plan.get("model_ref", first.model_id),
+        host_name=first.host.name,
+        engine=first.engine,
+        revision=first.revision,
+        plan_request=planning.PlanRequest(**overrides),
+        auto_restart=first.auto_restart,
+        replicas=None if asked == "max" else int(asked),
     )
     return deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token

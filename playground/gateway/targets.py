@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from django.db.models import QuerySet
@@ -13,21 +14,35 @@ from playground.gateway.upstream import Target
 
 
 def deployments_usable(*, user: Any) -> QuerySet[Deployment]:
-    """Running deployments with an engine port: operators may use every one of them."""
-    return Deployment.objects.filter(status=Status.RUNNING, port__isnull=False).order_by("name")
+    """Running engines with a port (every replica): operators may use every one of them."""
+    return Deployment.objects.filter(status=Status.RUNNING, port__isnull=False).order_by(
+        "name", "replica_index"
+    )
+
+
+def models_usable(*, user: Any) -> list[Deployment]:
+    """One running engine per deployment name: what the model lists and the playground show."""
+    seen: dict[str, Deployment] = {}
+    for d in deployments_usable(user=user):
+        seen.setdefault(d.name, d)
+    return list(seen.values())
 
 
 def gateway_target(*, user: Any, name: str) -> Target:
-    """The engine behind deployment `name`; raises AccessError 404 (unknown) or 409 (not running)."""
-    deployment = deployments_usable(user=user).filter(name=name).first()
-    if deployment is None:
+    """The engine behind deployment `name`; raises AccessError 404 (unknown) or 409 (not running).
+
+    With several replicas running, one of them at random: the gateway keeps a name's target
+    for a few seconds, so this spreads the load over replicas only roughly.
+    """
+    running = list(deployments_usable(user=user).filter(name=name))
+    if not running:
         latest = Deployment.objects.filter(name=name).order_by("-created_at").first()
         if latest is None:
             raise AccessError(404, "model_not_found", f"no deployment named {name!r}")
         raise AccessError(
             409, "deployment_not_running", f"deployment {name!r} is {latest.status}, not running"
         )
-    return target_of(deployment)
+    return target_of(secrets.choice(running))
 
 
 def target_of(deployment: Deployment) -> Target:

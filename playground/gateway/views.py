@@ -49,5 +49,5 @@ def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
             "owned_by": "shardboard",
             "engine": d.engine,
         }
-        for d in targets.deployments_usable(user=caller.user)
+        for d in targets.models_usable(user=caller.user)
     ]

@@ -11,6 +11,15 @@
         el.textContent = msg.status_label;
         el.className = "badge status-" + msg.status;
       });
+      if (msg.group) {
+        document.querySelectorAll('[data-group-status="' + msg.group + '"]').forEach(function (el) {
+          el.textContent = msg.group_label;
+          el.className = "badge status-" + msg.group_status;
+        });
+        document.querySelectorAll('[data-replica-summary="' + msg.group + '"]').forEach(function (el) {
+          el.textContent = msg.group_summary;
+        });
+      }
       if (document.getElementById("timeline") && String(msg.id) === location.pathname.split("/")[2]) {
         setTimeout(function () { location.reload(); }, 300);
       }

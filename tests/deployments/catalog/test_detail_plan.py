@@ -18,7 +18,8 @@ from tests.support.hubstub import HubStub
 LAUNCH_FIELDS = {
     "name", "model_ref", "revision", "host", "engine", "tensor_parallel_size",
     "pipeline_parallel_size", "max_model_len", "max_num_seqs", "dtype", "quantization",
-    "kv_cache_dtype", "gpu_memory_utilization", "concurrency", "csrfmiddlewaretoken",
+    "kv_cache_dtype", "gpu_memory_utilization", "concurrency", "replicas", "placement",
+    "csrfmiddlewaretoken",
 }  # fmt: skip
 
 
@@ -233,5 +234,13 @@ def test_plan_with_room_for_replicas_says_launch_starts_one(
     _, data = plan(client, target="whatif", gpus="4x80GiB@nvlink", tensor_parallel_size="2")
     assert data["plan"]["replicas"] == 2
     assert data["plan"]["launch_note"] == (
-        "Launch starts one replica on 2 GPUs; launch again for each further replica."
+        "Launch starts one replica on 2 GPUs; ask for a number of replicas to launch several "
+        "as one deployment."
     )
+    assert data["plan"]["launch"]["replicas"] == "1"
+    _, data = plan(
+        client, target="whatif", gpus="4x80GiB@nvlink", tensor_parallel_size="2", replicas="2"
+    )
+    assert data["plan"]["launch_note"] == "Launch starts 2 replicas, each its own engine on 2 GPUs."
+    assert data["plan"]["launch"]["replicas"] == "2"
+    assert data["plan"]["launch"]["placement"] == "spread"

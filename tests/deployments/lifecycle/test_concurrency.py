@@ -12,7 +12,7 @@ from django.utils import timezone
 from deployments import planning
 from deployments.catalog.demo_model import make_tiny_llama
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
-from deployments.models import GpuLease
+from deployments.models import Deployment, GpuLease
 from monitoring.models import Gpu, Host
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -177,3 +177,45 @@ def test_racing_right_sized_launches_never_over_commit_a_gpu(two_small_gpus, ope
             or "Free memory on device" in message
             or "does not fit" in message
         ), message
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(240)
+def test_racing_launches_of_two_replicas_never_share_a_whole_gpu(four_gpu_host, operator) -> None:
+    """Ten launches of two whole-GPU replicas each race for four GPUs: at most two launches
+    win, each with both of its replicas; a loser leaves no row behind."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks and concurrent transactions need PostgreSQL")
+    barrier = threading.Barrier(10)
+    outcomes: dict[int, str] = {}
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        request = LaunchRequest(
+            name=f"pair-{i}",
+            model_ref="local:0/tiny",
+            host_name="racehost",
+            plan_request=planning.PlanRequest(tensor_parallel_size=1),
+            replicas=2,
+        )
+        barrier.wait()
+        try:
+            deployment_create(user=operator, request=request)
+            result = "won"
+        except DeploymentError as exc:
+            result = str(exc)
+        finally:
+            connections.close_all()
+        with lock:
+            outcomes[i] = result
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(200)
+    wins = sorted(f"pair-{i}" for i, o in outcomes.items() if o == "won")
+    assert len(outcomes) == 10 and 1 <= len(wins) <= 2, outcomes
+    assert sorted(Deployment.objects.values_list("name", flat=True)) == sorted(wins * 2)
+    active = list(GpuLease.objects.filter(active=True).values_list("gpu_id", flat=True))
+    assert len(active) == len(set(active)) == 2 * len(wins)  # no GPU reserved twice
