@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from deployments.catalog import local
 from deployments.planning import ModelSpec, PlanningError, SafetensorsSummary
@@ -39,7 +41,21 @@ def resolve_source(ref: str, revision: str = "") -> ModelSource:
         return ModelSource(ref, str(folder), "", True)
     if ref.startswith(("/", ".")) or ".." in ref or ref.count("/") != 1:
         raise ModelSourceError(f"{ref!r} is not a Hub id like 'org/name' nor a local model.")
+    check_hub_id(ref)
     return ModelSource(ref, ref, revision.strip(), False)
+
+
+def check_hub_id(ref: str) -> None:
+    """The Hub's own rules for a repo id, checked here: huggingface_hub raises on a bad one
+    deep inside a request, where it would surface as a server error."""
+    try:
+        validate_repo_id(ref)
+    except HFValidationError:
+        raise ModelSourceError(
+            f"{ref!r} is not a Hub id: use 'org/name' with letters, digits, '-', '_' and '.', "
+            "neither part starting or ending with '-' or '.', no '--' or '..', at most 96 "
+            "characters."
+        ) from None
 
 
 def local_ref(model: local.LocalModel) -> str:

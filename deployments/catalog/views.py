@@ -27,6 +27,7 @@ QUANT_CHOICES += [("fp8", "FP8")]
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 BILLION = 10**9
+MAX_NUM_SEQS = 4096  # as the launch form (lifecycle.limits); catalog does not import lifecycle
 
 
 class SearchForm(forms.Form):
@@ -65,7 +66,7 @@ class PlanForm(forms.Form):
     target = forms.CharField(required=False, max_length=100)
     gpus = forms.CharField(required=False, max_length=60)
     max_model_len = forms.IntegerField(required=False, min_value=1)
-    max_num_seqs = forms.IntegerField(required=False, min_value=1)
+    max_num_seqs = forms.IntegerField(required=False, min_value=1, max_value=MAX_NUM_SEQS)
     concurrency = forms.IntegerField(required=False, min_value=1, max_value=100_000)
     goal = forms.ChoiceField(required=False, choices=[(g, g) for g in planning.GOALS])
     dtype = forms.ChoiceField(required=False, choices=[(d, d) for d in DTYPES])
