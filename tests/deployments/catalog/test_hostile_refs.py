@@ -66,9 +66,7 @@ HOSTILE_TEXT = st.one_of(
         ["", " ", "-1", "0", "1e309", "NaN", "9" * 400, "--enforce-eager", "../../etc", "\x00"]
     ),
 )
-HOSTILE_NUMBER = st.one_of(
-    st.integers(min_value=-(2**70), max_value=2**70).map(str), HOSTILE_TEXT
-)
+HOSTILE_NUMBER = st.one_of(st.integers(min_value=-(2**70), max_value=2**70).map(str), HOSTILE_TEXT)
 FIELDS: dict[str, st.SearchStrategy[str]] = {
     "ref": HOSTILE_TEXT,
     "revision": HOSTILE_TEXT,

@@ -176,4 +176,3 @@ def test_generated_launch_forms_answer_a_message_naming_the_field(
         return
     said = " ".join(str(m) for m in get_messages(response.wsgi_request))
     assert said and _names(field, value, said), (field, value, said)
-
