@@ -23,7 +23,7 @@ from controlpanel.routing import websocket_urlpatterns
 from deployments.models import Deployment
 from monitoring.models import Gpu, Host
 from playground import services as playground_services
-from playground.models import ApiToken, PlaygroundRun
+from playground.models import PlaygroundRun
 from tests.support.catalog import QWEN
 from tests.support.gateway import session_for
 from tests.support.hubstub import HubStub
