@@ -30,6 +30,7 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHt
 from django.urls import ResolverMatch, get_resolver, set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
+from controlpanel.bodylimit import declared_length
 from playground.gateway import gate
 from playground.gateway.errors import body_too_large
 
@@ -72,7 +73,7 @@ class GatewayHandler(ASGIHandler):
         own), yet walking them costs CPU on every request (asgiref locals).
         """
         limit = settings.PLAYGROUND_MAX_BODY_BYTES
-        if (gate.declared_length(scope) or 0) > limit:
+        if (declared_length(scope) or 0) > limit:
             await self._refuse(body_too_large(limit), send)
             return
         prefix = get_script_prefix(scope)  # "" without a root path (uvicorn's default)

@@ -11,16 +11,9 @@ from django.conf import settings
 from django.core.exceptions import RequestAborted
 from django.http import HttpRequest, HttpResponseBase
 
+from controlpanel.bodylimit import declared_length
 from playground.gateway.access import AccessError, identify_async
 from playground.gateway.errors import body_too_large, error_response
-
-
-def declared_length(scope: dict[str, Any]) -> int | None:
-    """The Content-Length the client declared; None without one (chunked, or no body)."""
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"content-length":
-            return int(value) if value.strip().isdigit() else None
-    return None
 
 
 def sends_body(scope: dict[str, Any]) -> bool:
