@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from deployments.catalog import local
 from deployments.planning import ModelSpec, PlanningError, SafetensorsSummary
 
 LOCAL_PREFIX = "local:"
+# What git accepts as a ref name (check-ref-format), less its rarer corners; a commit id fits.
+_REVISION = re.compile(r"(?!-)(?!.*\.\.)(?!.*@\{)[^\x00-\x20\x7f~^:?*\[\\]{1,200}")
 
 
 class ModelSourceError(ValueError):
@@ -42,7 +45,13 @@ def resolve_source(ref: str, revision: str = "") -> ModelSource:
     if ref.startswith(("/", ".")) or ".." in ref or ref.count("/") != 1:
         raise ModelSourceError(f"{ref!r} is not a Hub id like 'org/name' nor a local model.")
     check_hub_id(ref)
-    return ModelSource(ref, ref, revision.strip(), False)
+    revision = revision.strip()
+    if revision and not _REVISION.fullmatch(revision):
+        raise ModelSourceError(
+            f"Revision {revision!r} is not a branch, tag or commit id: no spaces or control "
+            "characters, none of ~ ^ : ? * [ \\, no '..' or '@{', not starting with '-'."
+        )
+    return ModelSource(ref, ref, revision, False)
 
 
 def check_hub_id(ref: str) -> None:

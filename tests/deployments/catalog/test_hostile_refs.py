@@ -122,3 +122,24 @@ def test_max_num_seqs_has_an_upper_bound(client: Client, viewer: Any, hub: HubSt
         "max num seqs: Ensure this value is less than or equal to 4096."
     )
     assert client.get("/models/plan/", {**VALID, "max_num_seqs": "4096"}).status_code == 200
+
+
+@pytest.mark.parametrize("revision", ["0\r0", "a b", "-x", "a..b", "x@{1}", "x~1"])
+def test_a_revision_that_is_no_git_ref_is_a_400(
+    client: Client, viewer: Any, hub: HubStub, revision: str
+) -> None:
+    login_client(client, viewer)
+    response = client.get("/models/plan/", {**VALID, "revision": revision})
+    assert response.status_code == 400
+    assert response.json()["error"].startswith(f"Revision {revision!r} is not a branch, tag")
+    page = client.get(f"/models/{QWEN}/", {"revision": revision})
+    assert page.status_code == 400 and "is not a branch, tag or commit id" in page.content.decode()
+
+
+def test_a_revision_in_another_script_is_looked_up(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    response = client.get("/models/plan/", {**VALID, "revision": "Ā"})
+    assert response.status_code == 404
+    assert "has no revision 'Ā'" in response.json()["error"]
