@@ -17,7 +17,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from deployments.catalog.plan_panel import default_name
+from deployments.catalog.sources import ModelSource
 from deployments.lifecycle.forms import LaunchForm
+from deployments.lifecycle.limits import name_problem
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import Deployment, GpuLease
 from monitoring.models import Gpu, Host
@@ -176,3 +179,10 @@ def test_generated_launch_forms_answer_a_message_naming_the_field(
         return
     said = " ".join(str(m) for m in get_messages(response.wsgi_request))
     assert said and _names(field, value, said), (field, value, said)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tail=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._-]{0,60}[A-Za-z0-9]", fullmatch=True))
+def test_the_detail_pages_default_name_is_a_valid_name(tail: str) -> None:
+    source = ModelSource(f"org/{tail}", f"org/{tail}", "", False)
+    assert name_problem(default_name(source)) is None, default_name(source)
