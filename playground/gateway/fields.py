@@ -159,8 +159,14 @@ def check_fields(body: dict[str, Any], kind: Kind, *, max_choices: int) -> None:
     _check_choices(body, kind, max_choices)
 
 
+def shown_key(key: str) -> str:
+    """The key as a message quotes it: escaped if it is not printable, cut if it is long."""
+    printable = key if key.isprintable() else key.encode("unicode_escape").decode("ascii")
+    return printable if len(printable) <= 40 else printable[:40] + "…"
+
+
 def _unknown(key: str, kind: Kind) -> str:
-    shown = key if len(key) <= 40 else key[:40] + "…"
+    shown = shown_key(key)
     return (
         f"'{shown}' is not a field the gateway forwards to /v1/"
         f"{'chat/completions' if kind == 'chat' else 'completions'}"

@@ -43,7 +43,7 @@ def parse_call(raw: bytes, kind: Kind, *, max_choices: int) -> GatewayCall:
     if not isinstance(body, dict):
         raise PayloadError("the body must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not isinstance(model, str) or not model or len(model) > 200 or not model.isprintable():
         raise PayloadError("'model' must name a running deployment")
     _check_input(body, kind)
     try:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from controlpanel.models import AuditEvent
-from playground.gateway.fields import MAX_DEPTH
+from playground.gateway.fields import MAX_DEPTH, shown_key
 from tests.support.gateway import bearer_for
 
 LIMIT = 64 * 1024  # the server's PLAYGROUND_MAX_BODY_BYTES in these tests
@@ -245,5 +245,24 @@ def test_generated_bodies_never_500_and_name_the_field(
     if r.status_code < 400:
         return
     message = r.json()["error"]["message"]
-    named = [key for key in body if f"'{key[:40]}" in message]
+    named = [key for key in body if f"'{key[:40]}" in message or shown_key(key) in message]
     assert named or message.startswith("the body"), (body, message)
+
+
+def test_a_nul_in_a_field_name_is_named_and_audited(gw: Any, operator: Any) -> None:
+    # PostgreSQL stores no NUL: the refusal's audit row once failed, and with it the request.
+    body = {**CHAT, "a\x00b": 1}
+    r = httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=bearer_for(operator))
+    assert r.status_code == 400
+    assert r.json()["error"]["message"].startswith("'a\\x00b' is not a field the gateway")
+    rows = _audits()
+    assert len(rows) == 1 and rows[0].detail["error"].startswith("'a\\x00b' is not a field")
+
+
+def test_a_model_name_no_deployment_could_have_is_a_400(gw: Any, operator: Any) -> None:
+    for model in ("ti\x00ny", "x" * 201, "a\nb"):
+        body = {**CHAT, "model": model}
+        r = httpx.post(f"{gw.url}/v1/chat/completions", json=body, headers=bearer_for(operator))
+        assert r.status_code == 400
+        assert r.json()["error"]["message"] == "'model' must name a running deployment"
+    assert len(_audits()) == 3
