@@ -159,7 +159,7 @@ def hub_token(request: HttpRequest) -> HttpResponse:
     if request.POST.get("action") == "clear" or not token:
         request.session.pop(sel.SESSION_TOKEN_KEY, None)
         messages.success(request, "Your Hub token is forgotten; the server's token is used.")
-    elif len(token) > 200 or any(c.isspace() for c in token):
+    elif len(token) > 200 or not token.isprintable() or any(c.isspace() for c in token):
         messages.error(request, "That does not look like a Hub token (no spaces, ≤ 200 chars).")
     else:
         request.session[sel.SESSION_TOKEN_KEY] = token
