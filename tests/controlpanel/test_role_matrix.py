@@ -15,9 +15,12 @@ import httpx
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.forms.models import model_to_dict
+from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RoutePattern
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controlpanel.routing import websocket_urlpatterns
 from deployments.models import Deployment
@@ -257,3 +260,68 @@ def _application() -> Any:
     from controlpanel.asgi import application
 
     return application
+
+
+# --- generated query strings on every page --------------------------------------------------
+
+KNOWN_KEYS = ["page", "q", "sort", "min_b", "max_b", "status", "host", "owner", "actor", "action",
+              "target", "since", "window", "revision", "ref", "gpus", "quantization", "gated",
+              "license", "offset", "lines"]  # fmt: skip
+HOSTILE_VALUES = [
+    "-1",
+    "0",
+    "1e400",
+    "nan",
+    "9" * 50,
+    "",
+    "\x00",
+    "2026-13-45",
+    "../",
+    "' OR 1=1 --",
+]
+
+
+def _pages() -> list[Route]:
+    return [
+        r for r in declared_routes()
+        if not r.route.startswith(("admin/", "v1/")) and r.route != "accounts/logout/"
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def admin_pages(world: World, admin_user: Any) -> Client:
+    client = Client(raise_request_exception=False)
+    client.force_login(admin_user)
+    return client
+
+
+def test_hostile_queries_on_every_page_never_500(world: World, admin_pages: Client) -> None:
+    failures = []
+    for route in _pages():
+        for value in HOSTILE_VALUES:
+            response = admin_pages.get(world.path(route), dict.fromkeys(KNOWN_KEYS, value))
+            if response.status_code >= 500:
+                failures.append(f"{route.route} ?…={value!r}: {response.status_code}")
+    assert not failures, "\n".join(failures)
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    index=st.integers(min_value=0),
+    query=st.dictionaries(
+        st.sampled_from(KNOWN_KEYS) | st.text(max_size=8),
+        st.sampled_from(HOSTILE_VALUES) | st.text(max_size=20),
+        max_size=3,
+    ),
+)
+def test_generated_queries_on_every_page_never_500(
+    world: World, admin_pages: Client, index: int, query: dict[str, str]
+) -> None:
+    routes = _pages()
+    route = routes[index % len(routes)]
+    response = admin_pages.get(world.path(route), query)
+    assert response.status_code < 500, (route.route, query, response.status_code)
