@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 # Not multipart: parsing it here would consume the stream that a view may read as the body.
 _FORMS = ("application/x-www-form-urlencoded",)
@@ -21,11 +21,13 @@ class RefuseNulMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         field = nul_field(request)
-        if field is not None:
-            return HttpResponseBadRequest(
-                f"{field}: null characters are not allowed.\n", content_type="text/plain"
-            )
-        return self.get_response(request)
+        if field is None:
+            return self.get_response(request)
+        message = f"{field}: null characters are not allowed."
+        if "text/html" in request.headers.get("Accept", ""):  # a page: the browser shows it
+            return HttpResponseBadRequest(message + "\n", content_type="text/plain")
+        # a fetch() of a JSON endpoint: the shape the plan panel and the APIs answer errors in
+        return JsonResponse({"ok": False, "error": message}, status=400)
 
 
 def nul_field(request: HttpRequest) -> str | None:

@@ -25,22 +25,26 @@ pytestmark = pytest.mark.django_db
         ("get", "/deployments/?%00=1", "'\\x00'"),
         ("post", "/hosts/x%00/retire/", "The address"),
         ("get", "/models/local/0/x%00/", "The address"),
+        ("get", "/models/plan/?ref=Qwen/Qwen2.5-7B-Instruct&concurrency=%00", "concurrency"),
     ],
 )
 def test_a_nul_is_a_400_naming_the_field(
     client: Client, admin_user: Any, method: str, url: str, field: str
 ) -> None:
     client.force_login(admin_user)
-    response = getattr(client, method)(url)
+    response = getattr(client, method)(url, headers={"Accept": "text/html,*/*;q=0.8"})
     assert response.status_code == 400
     assert response.content.decode() == f"{field}: null characters are not allowed.\n"
+    response = getattr(client, method)(url)  # fetch(): JSON
+    assert response.status_code == 400
+    assert response.json() == {"ok": False, "error": f"{field}: null characters are not allowed."}
 
 
 def test_a_nul_in_a_form_field_is_named(client: Client, admin_user: Any) -> None:
     client.force_login(admin_user)
     form = "application/x-www-form-urlencoded"
     response = client.post("/models/token/", "token=hf_%00", content_type=form)
-    assert response.status_code == 400 and response.content.startswith(b"token: null")
+    assert response.status_code == 400 and response.json()["error"].startswith("token: null")
     # multipart is left to the view (parsing it would consume the body): it refuses it too
     response = client.post("/models/token/", {"token": "hf_\x00"}, follow=True)
     assert "does not look like a Hub token" in response.content.decode()
