@@ -89,7 +89,7 @@ MENTIONS = {"ref": ("model", "hub id"), "gpus": ("gpu",), "target": ("host",)}
 
 def _names(field: str, value: str, error: str) -> bool:
     lowered = error.lower()
-    words = (field.replace("_", " "), *MENTIONS.get(field, ()))
+    words = (field, field.replace("_", " "), *MENTIONS.get(field, ()))
     return any(w in lowered for w in words) or (len(value.strip()) > 1 and value.strip() in error)
 
 
