@@ -64,12 +64,25 @@ EXPECTED: dict[str, str] = {
     "playground/runs/<int:run_id>/browser/": "operator",
     "playground/tokens/": "operator",
     "playground/tokens/<int:token_id>/revoke/": "operator",
+    "deployments/<int:pk>/benchmarks/": "viewer",  # starting a run (POST) checks Operator
+    "deployments/<int:pk>/benchmarks/section/": "viewer",
+    "benchmarks/compare/": "viewer",
+    "benchmarks/<int:pk>/": "viewer",
+    "benchmarks/<int:pk>/cancel/": "operator",
+    "benchmarks/<int:pk>/export/": "viewer",
+    "benchmarks/<int:pk>/progress/": "viewer",
     "v1/chat/completions": "operator",
     "v1/completions": "operator",
     "v1/models": "operator",
 }
 ADMIN_SITE_PUBLIC = {"admin/login/", "admin/logout/"}
-EXPECTED_WS = {"ws/events/": "viewer", "ws/gpus/": "viewer", "ws/deployments/": "viewer"}
+EXPECTED_WS = {
+    "ws/events/": "viewer",
+    "ws/gpus/": "viewer",
+    "ws/deployments/": "viewer",
+    "ws/deployments/<int:pk>/log/": "viewer",
+    "ws/benchmarks/<int:pk>/": "viewer",
+}
 LOGIN_PAGES = ("/accounts/login/", "/admin/login/")
 REGEX_FILL = {"app_label": "auth", "url": "no-such-page/"}
 
@@ -247,7 +260,8 @@ async def test_no_websocket_route_accepts_someone_below_its_role(world: World) -
                 cookie = "; ".join(f"{k}={v}" for k, v in cookies.items())
                 raw.append((b"cookie", cookie.encode()))
             raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-            comm = WebsocketCommunicator(_application(), f"/{route}", headers=raw)
+            filled = re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(world.fill[m[1]]), route)
+            comm = WebsocketCommunicator(_application(), f"/{filled}", headers=raw)
             connected, code = await comm.connect(timeout=5)
             allowed = may(caller, EXPECTED_WS[route])
             assert connected == allowed, (route, caller, code)
