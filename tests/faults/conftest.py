@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from controlpanel.celery import app as celery_app
-from tests.faults.support import results_path, table
+from tests.faults.support import results_path
+from tests.faults.table import table
 from tests.support.private_redis import PrivateRedis
 
 

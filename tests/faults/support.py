@@ -101,12 +101,3 @@ def check_after(fault: str, act_again_s: float, pids: list[int], audit_actions: 
     rows = [r for r in rows if r["fault"] != fault] + [asdict(row)]
     path.write_text(json.dumps(rows, indent=1))
     assert (stuck, leaked, orphaned, lost) == (0, 0, 0, 0), row
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    head = ("fault", "user can act again (s)", "stuck", "leases leaked", "orphaned", "audit lost")
-    lines = [" | ".join(head), " | ".join("---" for _ in head)]
-    for r in rows:
-        cells = (r["fault"], f"{r['act_again_s']:.1f}", r["stuck"], r["leases_leaked"])
-        lines.append(" | ".join(str(c) for c in (*cells, r["orphaned"], r["audit_lost"])))
-    return "\n".join(lines)
