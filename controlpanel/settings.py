@@ -166,6 +166,16 @@ SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
+# Work whose Celery message may be lost (Redis down at send, a worker killed holding it):
+# the host worker's sweeper does pending launches, stops and due restarts of its own host
+# itself once they are this old and no thread of it is on them.
+SHARDBOARD_SWEEP_AFTER_S = env.env_float("SHARDBOARD_SWEEP_AFTER_S", 30, low=0.5, high=86400)
+SHARDBOARD_SWEEP_INTERVAL_S = env.env_float("SHARDBOARD_SWEEP_INTERVAL_S", 5, low=0.2, high=3600)
+# A running engine is probed on its /health; this many failures in a row is a hang, handled
+# like a crash (failed, or restarted with auto-restart on).
+SHARDBOARD_HEALTH_INTERVAL_S = env.env_float("SHARDBOARD_HEALTH_INTERVAL_S", 10, low=0.2, high=3600)
+SHARDBOARD_HEALTH_TIMEOUT_S = env.env_float("SHARDBOARD_HEALTH_TIMEOUT_S", 5, low=0.1, high=600)
+SHARDBOARD_HEALTH_FAILURES = env.env_int("SHARDBOARD_HEALTH_FAILURES", 3, low=1, high=1000)
 # Automatic restarts of an engine that died: 5 s, 10 s, 20 s ... capped, at most N in a row.
 SHARDBOARD_RESTART_BACKOFF_S = env.env_float("SHARDBOARD_RESTART_BACKOFF_S", 5, low=0.1, high=3600)
 SHARDBOARD_RESTART_BACKOFF_MAX_S = env.env_float(

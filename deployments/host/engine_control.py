@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
 from deployments.host import diagnosis, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
+from deployments.host.dbretry import retried
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
 from deployments.host.owner import engine_owner
@@ -147,7 +149,57 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
         return {"skipped": "stopped before start"}
     logship.follow(d, log_path, first=not log_suffix)
     _attach_simulated(d)
-    return _await_ready(d, handle, command)
+    return _await_ready(d, command, _Spawned(handle))
+
+
+class _Spawned:
+    """The engine this task spawned: its exit status is ours to read."""
+
+    def __init__(self, handle: sv.EngineHandle) -> None:
+        self.handle = handle
+        self.pid = handle.pid
+        self.log_path: Path | None = handle.log_path
+
+    def alive(self) -> bool:
+        return sv.handle_alive(self.handle)
+
+    def end(self) -> tuple[int | None, int | None]:
+        sv.stop(self.handle, 5)
+        info = sv.poll_exit(self.handle)
+        return (info.exit_code, info.signal) if info else (None, None)
+
+
+class _Adopted:
+    """An engine found again after a worker restart: only its pid and start time are known."""
+
+    def __init__(self, d: Deployment) -> None:
+        self.d = d
+        self.pid = d.pid
+        self.log_path = Path(d.log_path) if d.log_path else None
+
+    def alive(self) -> bool:
+        pid = self.d.pid
+        return pid is not None and sv.is_alive(pid, self.d.process_started_at)
+
+    def end(self) -> tuple[int | None, int | None]:
+        if self.d.pgid:
+            sv.stop(self.d.pgid, 5, owner=engine_owner(), deployment_id=str(self.d.pk))
+        return None, None
+
+
+def resume_starting(deployment_id: int) -> dict[str, Any]:
+    """Probe the readiness of a `starting` engine nobody is waiting on (its task died, or
+    the worker restarted and adopted it), then promote it like a launch does."""
+    d = retried(
+        lambda: Deployment.objects.select_related("host", "created_by").get(pk=deployment_id)
+    )
+    if d.status != Status.STARTING or not d.pid or not d.port:
+        return {"skipped": f"status is {d.status}"}
+    engine = _Adopted(d)
+    if not engine.alive():
+        return {"skipped": "the engine is gone; the watchdog handles it"}
+    command = get_adapter(d.engine).build(launch_spec(d, d.port))
+    return _await_ready(d, command, engine)
 
 
 def _attach_simulated(d: Deployment) -> None:
@@ -164,45 +216,47 @@ def _attach_simulated(d: Deployment) -> None:
         log.warning("could not show deployment %s on the simulated GPUs: %s", d.pk, exc)
 
 
-def _await_ready(d: Deployment, handle: sv.EngineHandle, command: Any) -> dict[str, Any]:
+def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> dict[str, Any]:
+    # An adopted engine has been loading since it was spawned: the timeout counts from then.
+    started = d.process_started_at if isinstance(engine, _Adopted) else None
+    elapsed_before_s = max(0.0, time.time() - started) if started else 0.0
     result = wait_ready(
         command.base_url,
         command.probe,
-        settings.SHARDBOARD_READY_TIMEOUT_S,
-        lambda: sv.handle_alive(handle) and _still(d, Status.STARTING),
+        max(5.0, settings.SHARDBOARD_READY_TIMEOUT_S - elapsed_before_s),
+        lambda: engine.alive() and _still(d, Status.STARTING),
     )
-    d.refresh_from_db()
-    if d.status != Status.STARTING or d.pid != handle.pid:
+    retried(d.refresh_from_db)
+    if d.status != Status.STARTING or d.pid != engine.pid:
         return {"ended": d.status}  # stopped, failed or restarting (watchdog) meanwhile
     if not result.ready:
-        return _failed_start(d, handle, result.reason)
+        return _failed_start(d, engine, result.reason)
     smoke = smoke_test(
         command.base_url,
         command.request_model,
         d.engine_api_key() if command.supports_api_key else None,
     )
     if not smoke.ok:
-        return _failed_start(d, handle, f"the engine answered the smoke test badly: {smoke.reason}")
-    transitions.move(
-        d,
-        Status.RUNNING,
-        f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
+        return _failed_start(d, engine, f"the engine answered the smoke test badly: {smoke.reason}")
+    retried(
+        lambda: transitions.move(
+            d,
+            Status.RUNNING,
+            f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
+        )
     )
     return {"running": d.pk, "ready_s": round(result.elapsed_s, 2)}
 
 
 def _still(d: Deployment, status: Status) -> bool:
-    return Deployment.objects.filter(pk=d.pk, status=status).exists()
+    """Whether the row still has ``status``; a dropped database connection is retried (a
+    database restart during a launch must not kill the task and leave `starting`)."""
+    return retried(lambda: Deployment.objects.filter(pk=d.pk, status=status).exists())
 
 
-def _failed_start(d: Deployment, handle: sv.EngineHandle, reason: str) -> dict[str, Any]:
-    sv.stop(handle, 5)
-    exit_info = sv.poll_exit(handle)
-    found = diagnosis.diagnose_exit(
-        logship.finish(d, handle.log_path),
-        exit_info.exit_code if exit_info else None,
-        exit_info.signal if exit_info else None,
-    )
+def _failed_start(d: Deployment, engine: _Spawned | _Adopted, reason: str) -> dict[str, Any]:
+    code, sig = engine.end()
+    found = diagnosis.diagnose_exit(logship.finish(d, engine.log_path), code, sig)
     restart_policy.engine_lost(d, f"{reason}. {found.title}: {found.reason}", found)
     return {"failed": reason}
 

@@ -1,4 +1,5 @@
-"""Celery tasks on the host queue. They take ids; duplicates and stale rows are no-ops."""
+"""Celery tasks on the host queue. They take ids; duplicates and stale rows are no-ops, and a
+deployment already in hand in this worker (the sweeper's, or another delivery) is skipped."""
 
 from __future__ import annotations
 
@@ -7,18 +8,21 @@ from typing import Any
 from celery import shared_task
 
 from deployments.host import engine_control
+from deployments.host.sweeper import run_claimed
 
 
 @shared_task(name="deployments.launch", acks_late=True)
 def launch(deployment_id: int) -> dict[str, Any]:
-    return engine_control.launch(deployment_id)
+    return run_claimed(("start", deployment_id), lambda: engine_control.launch(deployment_id))
 
 
 @shared_task(name="deployments.stop", acks_late=True)
 def stop(deployment_id: int) -> dict[str, Any]:
-    return engine_control.stop(deployment_id)
+    return run_claimed(("stop", deployment_id), lambda: engine_control.stop(deployment_id))
 
 
 @shared_task(name="deployments.restart", acks_late=True)
 def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
-    return engine_control.restart(deployment_id, attempt)
+    return run_claimed(
+        ("start", deployment_id), lambda: engine_control.restart(deployment_id, attempt)
+    )

@@ -46,12 +46,12 @@ def diagnosis_detail(found: diagnosis.Diagnosis | None) -> dict[str, Any]:
 
 
 def fail(d: Deployment, reason: str, found: diagnosis.Diagnosis | None = None) -> bool:
+    """Compare-and-set from the status the caller observed (``d`` is not reloaded): an
+    observer that saw `starting` cannot turn a `stopping` set since into `failed`."""
     detail = diagnosis_detail(found)
-    with transaction.atomic():
-        d.refresh_from_db()
-        return move(
-            d, Status.FAILED, reason, failure_reason=reason, diagnosis=detail, release_leases=True
-        )
+    return move(
+        d, Status.FAILED, reason, failure_reason=reason, diagnosis=detail, release_leases=True
+    )
 
 
 def move(

@@ -1,9 +1,12 @@
 """Engine watchdog and reconcile, run inside the host worker process (see `hostworker`).
 
 On start, reconcile: a live engine whose row is active is adopted, an active row whose engine
-is gone is failed (leases freed), a pending automatic restart is sent again, and a marked
-engine with no active row is stopped. Then a thread checks the engines of this host every
-second; one that died is failed, or restarted later when its deployment has auto-restart on.
+is gone is failed (leases freed), an adopted `starting` engine is probed for readiness again,
+a pending automatic restart is sent again, and a marked engine with no active row is stopped.
+Then a thread checks the engines of this host every second; one that died, or a running one
+that stopped answering its health check (`host.health`), is failed, or restarted later when
+its deployment has auto-restart on. The sweeper (`host.sweeper`) takes up work whose Celery
+message was lost.
 
 Only engines whose owner marker is this worker's (`engine_owner()`: host name and
 installation) are adopted, failed over or stopped; another installation's engines on this
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
-from deployments.host import diagnosis, engine_control, logship, restart_policy
+from deployments.host import diagnosis, engine_control, health, logship, restart_policy, sweeper
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
 from deployments.models import ACTIVE, Deployment, Status
@@ -69,7 +73,10 @@ def _log_path(d: Deployment) -> Path | None:
 def check_once() -> None:
     for d in _ours().filter(status__in=[Status.STARTING, Status.RUNNING]).exclude(pid=None):
         if not _alive(d):
+            health.forget(d.pk)
             _engine_died(d)
+        elif d.status == Status.RUNNING:
+            health.check(d)  # a live pid may be a hung engine
 
 
 def _adoptable(d: Deployment, engine: sv.FoundEngine | None, owner: str) -> bool:
@@ -92,6 +99,12 @@ def reconcile() -> dict[str, int]:
                 logship.follow(d, path, resume=True)
             if d.status == Status.STOPPING:
                 engine_control.stop(d.pk)
+            elif d.status == Status.STARTING:  # nobody waits on its readiness any more
+                sweeper.dispatch(
+                    ("start", d.pk),
+                    partial(engine_control.resume_starting, d.pk),
+                    "readiness probing resumed after the worker restarted",
+                )
             continue
         if d.status == Status.PENDING:
             continue  # its launch task is still queued
@@ -155,11 +168,13 @@ def _on_ready(**kwargs: Any) -> None:
     except Exception:
         log.exception("reconcile failed; the watchdog still starts")
     threading.Thread(target=_watch_loop, name="engine-watchdog", daemon=True).start()
+    sweeper.start()
 
 
 @worker_shutdown.connect
 def _on_shutdown(**kwargs: Any) -> None:
     _stop.set()
+    sweeper.stop()
     logship.stop_all()
 
 

@@ -17,13 +17,12 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
-from controlpanel.celery import app as celery_app
-from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
-from deployments import events, planning, replicas, sealed
+from deployments import planning, replicas, sealed
 from deployments.catalog.registered import host_inventory, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.lifecycle import limits
+from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
 from deployments.planning.units import GIB
 from monitoring.models import Gpu, Host
@@ -267,7 +266,7 @@ def _create(
         },
     )
     for row in rows:
-        transaction.on_commit(partial(_enqueue, "deployments.launch", row))
+        transaction.on_commit(partial(_enqueue, "deployments.launch", row, [row, first]))
     return first
 
 
@@ -309,26 +308,26 @@ def _create_rows(
     return rows
 
 
-def _enqueue(task_name: str, deployment: Deployment) -> None:
-    # By name: the web side never imports the host worker's code.
-    celery_app.send_task(task_name, args=[deployment.pk], queue=host_queue(deployment.host.name))
-    events.publish(deployment)
-
-
 @transaction.atomic
 def deployment_stop(
     *, user: Any, deployment: Deployment, http_request: HttpRequest | None = None
 ) -> Deployment:
-    """Stop every replica still up (one audit row for them all); returns the first replica."""
+    """Stop every replica still up (one audit row for them all); returns the first replica.
+
+    A replica already `stopping` gets its stop task sent again: pressing Stop again is how a
+    user gets a stop whose message was lost (Redis down) moving without waiting for the
+    sweeper; the stop task is a no-op once the row has ended."""
     _require(user, Role.OPERATOR)
     rows = list(deployment.group().select_for_update().order_by("pk"))
     first = rows[0]
-    live = [r for r in rows if r.status not in (Status.STOPPING, Status.STOPPED, Status.FAILED)]
+    live = [r for r in rows if r.status not in (Status.STOPPED, Status.FAILED)]
     if not live:
         state = replicas.overall([r.status for r in rows])
         raise DeploymentError(f"{first.name} is already {state.label.lower()}.")
+    again = [r.pk for r in live if r.status == Status.STOPPING]
     for row in live:
-        row.transition(Status.STOPPING, reason=f"stop requested by {user.get_username()}")
+        if row.status != Status.STOPPING:
+            row.transition(Status.STOPPING, reason=f"stop requested by {user.get_username()}")
     audit_record(
         actor=user,
         action="deployment.stop",
@@ -340,10 +339,11 @@ def deployment_stop(
             "host": first.host.name,
             "replicas": len(live),
             "replica_ids": [r.pk for r in live],
+            "sent_again": again,
         },
     )
     for row in live:
-        transaction.on_commit(partial(_enqueue, "deployments.stop", row))
+        transaction.on_commit(partial(_enqueue, "deployments.stop", row, [row, first]))
     return first
 
 

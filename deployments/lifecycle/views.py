@@ -9,8 +9,8 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments.catalog.selectors import session_hub_token
+from deployments.lifecycle import dispatch, selectors, services
 from deployments.lifecycle import planned_vs_measured as memory
-from deployments.lifecycle import selectors, services
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
 
@@ -74,6 +74,8 @@ def deployment_new(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
         else:
             messages.success(request, f"Launching {deployment.name} on {deployment.host.name}.")
+            if note := dispatch.queue_note(deployment):
+                messages.warning(request, note)
             return redirect("deployment_detail", pk=deployment.pk)
     return render(request, "deployments/new.html", {"form": form})
 
@@ -83,8 +85,12 @@ def deployment_new(request: HttpRequest) -> HttpResponse:
 def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
     try:
-        services.deployment_stop(user=request.user, deployment=deployment, http_request=request)
+        first = services.deployment_stop(
+            user=request.user, deployment=deployment, http_request=request
+        )
         messages.success(request, f"Stopping {deployment.name}.")
+        if note := dispatch.queue_note(first):
+            messages.warning(request, note)
     except services.DeploymentError as exc:
         messages.error(request, str(exc))
     return redirect("deployment_detail", pk=pk)
