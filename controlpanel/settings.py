@@ -166,6 +166,9 @@ SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
+# `make run` sets it: Ctrl-C ends the engines too. Off, a worker leaves them serving and
+# adopts them when it starts again (a GPU host's worker restarts without dropping requests).
+SHARDBOARD_STOP_ENGINES_ON_EXIT = env.env_bool("SHARDBOARD_STOP_ENGINES_ON_EXIT", False)
 # Work whose Celery message may be lost (Redis down at send, a worker killed holding it):
 # the host worker's sweeper does pending launches, stops and due restarts of its own host
 # itself once they are this old and no thread of it is on them.

@@ -21,7 +21,8 @@ stop_all() {
 }
 trap stop_all INT TERM EXIT
 
-"$PY" manage.py hostworker --loglevel WARNING & pids+=($!)
+# Ctrl-C ends the engines too (a GPU host's worker, started on its own, leaves them serving).
+SHARDBOARD_STOP_ENGINES_ON_EXIT=1 "$PY" manage.py hostworker --loglevel WARNING & pids+=($!)
 "$PY" -m controlpanel.webserver & pids+=($!)  # uvicorn; SHARDBOARD_BIND, _PORT, _WEB_WORKERS
 say "Shardboard is at http://${SHARDBOARD_BIND:-127.0.0.1}:${SHARDBOARD_PORT:-8000}/  (Ctrl-C stops everything)"
 wait -n "${pids[@]}" || true

@@ -28,7 +28,15 @@ from celery.signals import worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import close_old_connections
 
-from deployments.host import diagnosis, engine_control, health, logship, restart_policy, sweeper
+from deployments.host import (
+    diagnosis,
+    engine_control,
+    health,
+    logship,
+    restart_policy,
+    sweeper,
+    transitions,
+)
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
 from deployments.models import ACTIVE, Deployment, Status
@@ -175,7 +183,23 @@ def _on_ready(**kwargs: Any) -> None:
 def _on_shutdown(**kwargs: Any) -> None:
     _stop.set()
     sweeper.stop()
+    if settings.SHARDBOARD_STOP_ENGINES_ON_EXIT:
+        log.info("stopped %d engine(s) on exit", stop_all_engines())
     logship.stop_all()
+
+
+def stop_all_engines() -> int:
+    """Stop every active deployment of this host through the ordinary stop (stopping, SIGTERM
+    then SIGKILL, leases freed, stopped). For the embedded default, where Ctrl-C is meant to
+    end everything; a GPU host's worker leaves its engines serving and adopts them again."""
+    stopped = 0
+    for d in _ours().select_related("host"):
+        reason = "the host worker was stopped (SHARDBOARD_STOP_ENGINES_ON_EXIT)"
+        if d.status != Status.STOPPING and not transitions.move(d, Status.STOPPING, reason):
+            continue
+        engine_control.stop(d.pk)
+        stopped += 1
+    return stopped
 
 
 def active_engine_pgids(host: str) -> dict[int, str]:

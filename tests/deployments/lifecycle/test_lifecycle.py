@@ -142,6 +142,21 @@ def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
     wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
 
 
+def test_a_worker_told_to_stop_its_engines_on_exit_does(host_worker, model_root, operator) -> None:
+    # `make run`'s worker: Ctrl-C (SIGTERM or SIGINT to the worker) ends the engines too.
+    worker = start_sim_worker(host_worker, HOST, model_root, SHARDBOARD_STOP_ENGINES_ON_EXIT="1")
+    d = launch(operator, name="ctrl-c")
+    wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
+    assert d.status == "running", d.failure_reason
+    pgid = d.pgid
+    worker.stop(signal.SIGTERM, timeout_s=60)
+    assert status_of(d) == "stopped"
+    assert d.events.filter(reason__contains="SHARDBOARD_STOP_ENGINES_ON_EXIT").exists()
+    assert not GpuLease.objects.filter(deployment=d, active=True).exists()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)  # no engine left behind
+
+
 def test_bad_input_is_refused_before_anything_starts(worker, operator, viewer) -> None:
     with pytest.raises(DeploymentError, match="Unknown host"):
         deployment_create(
