@@ -6,20 +6,33 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth import get_user_model
 
 from controlpanel.roles import Role, has_role
 
 EVENTS_GROUP = "events"
 
 
+def _reload(user_id: int) -> Any:
+    return get_user_model().objects.filter(pk=user_id).first()
+
+
 def user_group(user_id: int) -> str:
     return f"user.{user_id}"
 
 
+def access_group(user_id: int) -> str:
+    """Every open socket of a user; told when their roles or account change."""
+    return f"access.{user_id}"
+
+
 class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channels is untyped
-    """Closes with 4401 for anonymous users and 4403 for users below `required_role`."""
+    """Closes with 4401 for anonymous users and 4403 for users below `required_role`, on
+    connect and again whenever the user's roles or account change while the socket is open
+    (a demoted or deactivated user stops receiving at once, not at their next page)."""
 
     required_role = Role.VIEWER
+    groups: list[str] = []  # Channels joins these on connect and leaves them on disconnect
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -33,7 +46,15 @@ class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channel
             await self.close(code=code)
             return
         await self.accept()
+        # In self.groups, so that Channels leaves it on disconnect whatever a subclass does.
+        self.groups = [*self.groups, access_group(user.pk)]
+        await self.channel_layer.group_add(self.groups[-1], self.channel_name)
         await self.on_accepted(user)
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        user = await database_sync_to_async(_reload)(self.scope["user"].pk)
+        if user is None or not await database_sync_to_async(has_role)(user, self.required_role):
+            await self.close(code=4403)
 
     async def refusal(self, user: Any) -> int | None:
         """A close code for a user allowed in who asks for something absent; None: accept."""

@@ -74,3 +74,34 @@ async def test_idle_socket_outlives_the_layers_blocking_pop(viewer) -> None:
     )
     assert await comm.receive_json_from(timeout=5) == {"type": "late", "n": 2}
     await comm.disconnect()
+
+
+async def test_a_demoted_users_open_socket_is_closed(operator) -> None:
+    cookie = await _session_cookie(operator)
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://127.0.0.1")]
+    comm = WebsocketCommunicator(application, "/ws/events/", headers=headers)
+    assert (await comm.connect(timeout=5))[0]
+    assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
+
+    # A change that keeps the role: the socket stays open and keeps receiving.
+    operator.first_name = "Otto"
+    await sync_to_async(operator.save)()
+    await comm.send_json_to({"type": "ping", "echo": 1})
+    assert await comm.receive_json_from(timeout=5) == {"type": "pong", "echo": 1}
+
+    # Demoted (no role left, as an admin would in the admin site): closed at once, 4403.
+    await sync_to_async(operator.groups.clear)()
+    closed = await comm.receive_output(timeout=5)
+    assert closed == {"type": "websocket.close", "code": 4403}
+
+
+async def test_a_deactivated_users_open_socket_is_closed(viewer) -> None:
+    cookie = await _session_cookie(viewer)
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://127.0.0.1")]
+    comm = WebsocketCommunicator(application, "/ws/gpus/", headers=headers)
+    assert (await comm.connect(timeout=5))[0]
+    viewer.is_active = False
+    await sync_to_async(viewer.save)()
+    while (out := await comm.receive_output(timeout=5))["type"] != "websocket.close":
+        pass  # live GPU samples may come first
+    assert out["code"] == 4403
