@@ -9,7 +9,8 @@ page shows the run's id) is committed at once, with whatever is pending.
 
 Work handed here runs to the end even when the request that asked for it is cancelled (the
 client went away), and before the process exits normally (the threads are joined at exit,
-after the queued work), so an audit row submitted here is not lost with its request.
+after the queued work), so an audit row submitted here is not lost with its request; nor with
+a database restart: a lost connection is retried on a new one for up to RETRY_FOR_S.
 """
 
 from __future__ import annotations
@@ -19,17 +20,26 @@ import concurrent.futures
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import close_old_connections, connections, models, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    models,
+    transaction,
+)
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 POOL_THREADS = 4
 WRITE_GROUP_S = 0.05
 WRITE_GROUP_MAX = 500
+RETRY_FOR_S = 60.0  # a database restart or fail-over, not an outage
 
 
 Rows = list[models.Model]
@@ -84,8 +94,7 @@ class GroupWriter:
         close_old_connections()  # as Django does between requests
         built = [(write, rows) for write in group if (rows := _build(write)) is not None]
         try:
-            with transaction.atomic():
-                _insert([row for _, rows in built for row in rows])
+            _insert_retrying([row for _, rows in built for row in rows])
         except Exception:  # one bad row must not take the others with it: one by one
             logger.warning("a group of %d gateway writes failed; retrying one by one", len(built))
             for write, rows in built:
@@ -110,6 +119,31 @@ def _insert(rows: Rows) -> None:
         by_model.setdefault(type(row), []).append(row)
     for model, model_rows in by_model.items():
         model._default_manager.bulk_create(model_rows)
+
+
+def _insert_retrying(rows: Rows) -> None:
+    """Insert in one transaction; a lost or refused connection (the database restarted, a
+    fail-over) is retried on a new one for up to RETRY_FOR_S, so audit rows outlive it. A
+    statement the database refuses (a constraint) is not retried: it fails at once."""
+    deadline = time.monotonic() + RETRY_FOR_S
+    delay_s = 0.2
+    while True:
+        try:
+            with transaction.atomic():
+                _insert(rows)
+            return
+        except (OperationalError, InterfaceError):
+            if time.monotonic() + delay_s > deadline:
+                raise
+            logger.warning(
+                "gateway writes: the database connection failed; again in %.1f s", delay_s
+            )
+            connections.close_all()
+            for row in rows:  # the rolled-back attempt may have handed out ids
+                row.pk = None
+                row._state.adding = True
+            time.sleep(delay_s)
+            delay_s = min(delay_s * 2, 5.0)
 
 
 def _insert_alone(write: _Write, rows: Rows) -> None:

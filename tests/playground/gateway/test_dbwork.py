@@ -5,9 +5,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, connection
+from psycopg import sql
 
 from playground.gateway.dbwork import GroupWriter
 
@@ -84,3 +86,33 @@ def test_a_write_waits_at_most_the_window(writers: Any) -> None:
     started = time.monotonic()
     assert writer.submit(_group, "soon").result(timeout=5)
     assert 0.15 <= time.monotonic() - started < 2.0
+
+
+@pytest.mark.postgres
+def test_rows_outlive_a_database_restart(writers: Any) -> None:
+    """The database goes away under the writer for a while (its connection terminated, new
+    ones refused, as during a restart) and comes back: no row is lost."""
+    if connection.vendor != "postgresql":
+        pytest.skip("pg_terminate_backend and ALLOW_CONNECTIONS are PostgreSQL's")
+    writer = writers(0.05)
+    writer.submit(_group, "before").result(timeout=10)  # the writer's connection is open now
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_database(), pg_backend_pid()")
+        name, mine = cursor.fetchone()
+    params = connection.get_connection_params()
+    admin = psycopg.connect(**{**params, "dbname": "postgres"}, autocommit=True)
+    try:
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(sql.Identifier(name)))  # fmt: skip
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> %s",
+            [name, mine],
+        )
+        futures = [writer.submit(_group, f"after-{i}") for i in range(3)]
+        time.sleep(2.0)  # the writer meets a refused connection, more than once
+        assert not any(f.done() for f in futures)
+    finally:
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(name)))  # fmt: skip
+        admin.close()
+    assert all(f.result(timeout=20)[0].pk for f in futures)
+    assert {"before", "after-0", "after-1", "after-2"} <= _names()
