@@ -61,7 +61,8 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
 
 
 def _list_row(d: Deployment) -> ListRow:
-    members = [d, *sorted(d.replicas.all(), key=lambda r: r.replica_index)]
+    kept = [r for r in d.replicas.all() if not r.retired]
+    members = [d, *sorted(kept, key=lambda r: r.replica_index)]
     gpus = [sorted(lease.gpu.index for lease in m.leases.all() if lease.active) for m in members]
     return ListRow(d, replicas.overall([m.status for m in members]), gpus)
 
