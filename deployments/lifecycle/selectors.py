@@ -16,6 +16,7 @@ from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
 from deployments.models import Deployment, Status
 from monitoring.models import Host
+from playground.gateway import balance
 
 STATUS_CHOICES = Status.choices
 
@@ -71,6 +72,7 @@ def _list_row(d: Deployment) -> ListRow:
 class ReplicaRow:
     d: Deployment
     gpus: list[int]  # held now; the planned ones once the leases are released
+    in_flight: int = 0  # gateway requests on it now, across web processes
 
     @property
     def gpu_text(self) -> str:
@@ -80,10 +82,13 @@ class ReplicaRow:
 def replica_rows(deployment: Deployment) -> list[ReplicaRow]:
     """Every replica of the deployment ``deployment`` belongs to, the first first."""
     out = []
-    for r in deployment.group().select_related("host").prefetch_related("leases__gpu"):
+    rows = list(deployment.group().select_related("host").prefetch_related("leases__gpu"))
+    counts = balance.in_flight([r.pk for r in rows])
+    for r in rows:
         held = sorted(lease.gpu.index for lease in r.leases.all() if lease.active)
         planned = [g.get("index") for g in (r.plan.get("gpus") or [[]])[0]]
-        out.append(ReplicaRow(r, held or [i for i in planned if isinstance(i, int)]))
+        gpus = held or [i for i in planned if isinstance(i, int)]
+        out.append(ReplicaRow(r, gpus, counts.get(r.pk, 0)))
     return out
 
 

@@ -124,3 +124,31 @@ def test_scaling_is_refused_to_viewers_out_of_range_and_when_not_running(
     with pytest.raises(DeploymentError, match="not running"):
         deployment_scale(user=operator, deployment=d, replicas=2)
     assert not AuditEvent.objects.filter(action="deployment.scale").exists()
+
+
+def test_the_page_scales_with_the_form_and_shows_in_flight_per_replica(
+    four_gpu_host, operator, viewer, client
+) -> None:
+    from playground.gateway import balance
+
+    d = launch(operator, 2)
+    rows = list(d.group())
+    client.force_login(viewer)
+    page = client.get(f"/deployments/{d.pk}/").content.decode()
+    assert 'id="scale-form"' not in page and ">In flight<" in page
+    assert f'data-in-flight="{rows[1].pk}">0<' in page
+    assert client.post(f"/deployments/{d.pk}/scale/", {"replicas": "3"}).status_code == 403
+    client.force_login(operator)
+    assert 'id="scale-form"' in client.get(f"/deployments/{d.pk}/").content.decode()
+    bad = client.post(f"/deployments/{d.pk}/scale/", {"replicas": "many"}, follow=True)
+    assert "Replicas: give a whole number" in bad.content.decode()
+    too_many = client.post(f"/deployments/{d.pk}/scale/", {"replicas": "9"}, follow=True)
+    assert "Cannot add 7 replica(s) to chat" in too_many.content.decode()
+    done = client.post(f"/deployments/{rows[1].pk}/scale/", {"replicas": "3"}, follow=True)
+    assert "Scaling chat to 3 replicas." in done.content.decode()
+    assert done.redirect_chain[-1][0] == f"/deployments/{d.pk}/"
+    assert d.group().count() == 3
+    assert AuditEvent.objects.filter(action="deployment.scale").count() == 1
+    assert balance.in_flight([d.pk]) == {d.pk: 0}
+    listing = client.get("/deployments/").content.decode()
+    assert "2/3 replicas running" in listing  # the new one is pending
