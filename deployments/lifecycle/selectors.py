@@ -14,7 +14,7 @@ from deployments import enginelog, replicas
 from deployments.catalog.selectors import concurrency_text
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
-from deployments.models import Deployment, Status
+from deployments.models import ACTIVE, Deployment, Status
 from monitoring.models import Host
 from playground.gateway import balance
 
@@ -58,6 +58,19 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
         rows = rows.filter(Q(host__name=filters.host) | Q(replicas__host__name=filters.host))
     if filters.owner:
         rows = rows.filter(created_by__username__icontains=filters.owner)
+    return [_list_row(d) for d in rows.distinct()]
+
+
+def active_rows() -> list[ListRow]:
+    """The deployments with a replica still up (the dashboard's list), their replicas folded."""
+    live = list(ACTIVE)
+    rows = (
+        Deployment.objects.filter(replica_of__isnull=True)
+        .filter(Q(status__in=live) | Q(replicas__status__in=live))
+        .select_related("host")
+        .prefetch_related("leases__gpu", "replicas__leases__gpu")
+        .order_by("host__name", "name")
+    )
     return [_list_row(d) for d in rows.distinct()]
 
 

@@ -152,3 +152,25 @@ def test_the_page_scales_with_the_form_and_shows_in_flight_per_replica(
     assert balance.in_flight([d.pk]) == {d.pk: 0}
     listing = client.get("/deployments/").content.decode()
     assert "2/3 replicas running" in listing  # the new one is pending
+
+
+def test_the_dashboard_lists_live_deployments_with_their_replicas(
+    four_gpu_host, operator, viewer, client
+) -> None:
+    d = launch(operator, 3)
+    rows = list(d.group())
+    rows[2].transition(Status.FAILED, failure_reason="the engine exited unexpectedly")
+    ended = launch_named(operator, "old")
+    Deployment.objects.filter(pk=ended.pk).update(status=Status.STOPPED)
+    client.force_login(viewer)
+    page = client.get("/").content.decode()
+    assert 'id="dashboard-deployments"' in page
+    assert f'data-replica-summary="{d.pk}">2/3 replicas running<' in page
+    assert ">Degraded<" in page and f'data-deployment="{ended.pk}"' not in page
+
+
+def launch_named(user: Any, name: str) -> Deployment:
+    request = LaunchRequest(
+        name=name, model_ref="local:0/tiny", host_name=HOST, plan_request=planning.PlanRequest()
+    )
+    return deployment_create(user=user, request=request)
