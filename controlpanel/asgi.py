@@ -21,13 +21,15 @@ from channels.auth import AuthMiddlewareStack
 from channels.routing import ProtocolTypeRouter, URLRouter
 from channels.security.websocket import AllowedHostsOriginValidator
 
+from controlpanel.bodylimit import limit_bodies
 from controlpanel.routing import websocket_urlpatterns
 from playground.gateway.asgi import with_gateway
 
 application = ProtocolTypeRouter(
     {
         # /v1/ (the OpenAI-compatible gateway) skips the synchronous middleware stack.
-        "http": with_gateway(django_asgi_app),
+        # Bodies past the site's ceiling are refused before Django reads them (bodylimit).
+        "http": with_gateway(limit_bodies(django_asgi_app)),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

@@ -14,12 +14,22 @@ MASK = "***"
 
 
 def scrub(value: Any) -> Any:
-    """A copy of `value` with every secret-looking key's value masked, at any depth."""
+    """A copy of `value` with every secret-looking key's value masked, at any depth, and NUL
+    characters spelled out: PostgreSQL stores none, and a row that fails is an audit lost."""
     if isinstance(value, dict):
-        return {k: MASK if _SECRET_KEY.search(str(k)) else scrub(v) for k, v in value.items()}
+        return {
+            _no_nul(str(k)): MASK if _SECRET_KEY.search(str(k)) else scrub(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [scrub(v) for v in value]
+    if isinstance(value, str):
+        return _no_nul(value)
     return value
+
+
+def _no_nul(text: str) -> str:
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 def client_ip(request: HttpRequest | None) -> str | None:

@@ -38,6 +38,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "controlpanel.middleware.RefuseNulMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
@@ -186,6 +187,13 @@ MODEL_ROOTS = [Path(p) for p in env.env_list("MODEL_ROOTS", str(VAR_DIR / "model
 AUDIT_PROMPTS = env.env_bool("AUDIT_PROMPTS", False)
 PLAYGROUND_MAX_TOKENS = env.env_int("PLAYGROUND_MAX_TOKENS", 4096, low=1, high=1_000_000)
 PLAYGROUND_MAX_CONCURRENT = env.env_int("PLAYGROUND_MAX_CONCURRENT", 4, low=1, high=1000)
+# A /v1/ body past this is answered 413 before it is read (Content-Length) or as soon as it
+# passes the limit (chunked): a long prompt is a few hundred KiB, images inline a few MiB.
+PLAYGROUND_MAX_BODY_BYTES = env.env_int(
+    "PLAYGROUND_MAX_BODY_BYTES", 4 * 1024 * 1024, low=1024, high=1024 * 1024 * 1024
+)
+# Choices per request (`n`, `best_of`): each is a whole generation on the engine.
+PLAYGROUND_MAX_CHOICES = env.env_int("PLAYGROUND_MAX_CHOICES", 8, low=1, high=128)
 PLAYGROUND_CONNECT_TIMEOUT_S = env.env_float("PLAYGROUND_CONNECT_TIMEOUT_S", 3, low=0.1, high=60)
 PLAYGROUND_READ_TIMEOUT_S = env.env_float("PLAYGROUND_READ_TIMEOUT_S", 120, low=1, high=3600)
 PLAYGROUND_STREAM_MAX_S = env.env_float("PLAYGROUND_STREAM_MAX_S", 900, low=1, high=86400)

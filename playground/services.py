@@ -24,7 +24,7 @@ def token_create(
     raw = tokens.token_new()
     token = ApiToken.objects.create(
         user=user,
-        name=name.strip()[:100] or "token",
+        name="".join(c for c in name if c.isprintable()).strip()[:100] or "token",
         token_hash=tokens.token_hash(raw),
         prefix=raw[: tokens.DISPLAY_CHARS],
     )

@@ -275,7 +275,7 @@ def _s(n: int) -> str:
 
 def default_name(source: ModelSource) -> str:
     tail = source.ref.rstrip("/").rsplit("/", 1)[-1]
-    return (slugify(tail.replace(".", "-")) or "model")[:63].strip("-")
+    return (slugify(tail.replace(".", "-").replace("_", "-")) or "model")[:63].strip("-")
 
 
 def _gpu_labels(p: planning.Plan) -> list[str]:

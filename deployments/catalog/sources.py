@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 
 from deployments.catalog import local
 from deployments.planning import ModelSpec, PlanningError, SafetensorsSummary
 
 LOCAL_PREFIX = "local:"
+# What git accepts as a ref name (check-ref-format), less its rarer corners; a commit id fits.
+_REVISION = re.compile(r"(?!-)(?!.*\.\.)(?!.*@\{)[^\x00-\x20\x7f~^:?*\[\\]{1,200}")
 
 
 class ModelSourceError(ValueError):
@@ -39,7 +44,27 @@ def resolve_source(ref: str, revision: str = "") -> ModelSource:
         return ModelSource(ref, str(folder), "", True)
     if ref.startswith(("/", ".")) or ".." in ref or ref.count("/") != 1:
         raise ModelSourceError(f"{ref!r} is not a Hub id like 'org/name' nor a local model.")
-    return ModelSource(ref, ref, revision.strip(), False)
+    check_hub_id(ref)
+    revision = revision.strip()
+    if revision and not _REVISION.fullmatch(revision):
+        raise ModelSourceError(
+            f"Revision {revision!r} is not a branch, tag or commit id: no spaces or control "
+            "characters, none of ~ ^ : ? * [ \\, no '..' or '@{', not starting with '-'."
+        )
+    return ModelSource(ref, ref, revision, False)
+
+
+def check_hub_id(ref: str) -> None:
+    """The Hub's own rules for a repo id, checked here: huggingface_hub raises on a bad one
+    deep inside a request, where it would surface as a server error."""
+    try:
+        validate_repo_id(ref)
+    except HFValidationError:
+        raise ModelSourceError(
+            f"{ref!r} is not a Hub id: use 'org/name' with letters, digits, '-', '_' and '.', "
+            "neither part starting or ending with '-' or '.', no '--' or '..', at most 96 "
+            "characters."
+        ) from None
 
 
 def local_ref(model: local.LocalModel) -> str:

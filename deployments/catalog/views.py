@@ -27,6 +27,7 @@ QUANT_CHOICES += [("fp8", "FP8")]
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 KV_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
 BILLION = 10**9
+MAX_NUM_SEQS = 4096  # as the launch form (lifecycle.limits); catalog does not import lifecycle
 
 
 class SearchForm(forms.Form):
@@ -71,7 +72,7 @@ class PlanForm(forms.Form):
     target = forms.CharField(required=False, max_length=100)
     gpus = forms.CharField(required=False, max_length=60)
     max_model_len = forms.IntegerField(required=False, min_value=1)
-    max_num_seqs = forms.IntegerField(required=False, min_value=1)
+    max_num_seqs = forms.IntegerField(required=False, min_value=1, max_value=MAX_NUM_SEQS)
     concurrency = forms.IntegerField(required=False, min_value=1, max_value=100_000)
     goal = forms.ChoiceField(required=False, choices=[(g, g) for g in planning.GOALS])
     replicas = forms.RegexField(
@@ -173,7 +174,7 @@ def hub_token(request: HttpRequest) -> HttpResponse:
     if request.POST.get("action") == "clear" or not token:
         sel.keep_session_hub_token(request.session, None)
         messages.success(request, "Your Hub token is forgotten; the server's token is used.")
-    elif len(token) > 200 or any(c.isspace() for c in token):
+    elif len(token) > 200 or not token.isprintable() or any(c.isspace() for c in token):
         messages.error(request, "That does not look like a Hub token (no spaces, ≤ 200 chars).")
     else:
         sel.keep_session_hub_token(request.session, token)

@@ -8,6 +8,7 @@ from django import forms
 from django.conf import settings
 
 from deployments import planning
+from deployments.lifecycle import limits
 from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
 from deployments.planning.request import MAX_REPLICAS
@@ -22,7 +23,10 @@ def _host_choices() -> list[tuple[str, str]]:
 
 
 class LaunchForm(forms.Form):
-    name = forms.SlugField(max_length=63)
+    name = forms.CharField(
+        max_length=limits.NAME_MAX_CHARS,
+        help_text=f"{limits.NAME_RULE[0].upper()}{limits.NAME_RULE[1:]}.",
+    )
     model_ref = forms.CharField(max_length=300, label="Model (Hub id or local:<root>/<path>)")
     revision = forms.CharField(max_length=100, required=False)
     host = forms.ChoiceField(choices=_host_choices)
@@ -30,7 +34,7 @@ class LaunchForm(forms.Form):
     tensor_parallel_size = forms.IntegerField(min_value=1, max_value=64, required=False)
     pipeline_parallel_size = forms.IntegerField(min_value=1, max_value=64, required=False)
     max_model_len = forms.IntegerField(min_value=1, required=False)
-    max_num_seqs = forms.IntegerField(min_value=1, required=False)
+    max_num_seqs = forms.IntegerField(min_value=1, max_value=limits.MAX_NUM_SEQS, required=False)
     dtype = forms.ChoiceField(
         choices=[(v, v) for v in ("auto", "bfloat16", "float16", "float32")], initial="auto"
     )
@@ -84,6 +88,12 @@ class LaunchForm(forms.Form):
                 f"Give a number of replicas from 1 to {MAX_REPLICAS:,}, or max."
             )
         return int(text)
+
+    def clean_name(self) -> str:
+        name = str(self.cleaned_data["name"]).strip().lower()
+        if problem := limits.name_problem(name):
+            raise forms.ValidationError(problem)
+        return name
 
     def launch_request(self) -> LaunchRequest:
         data = self.cleaned_data

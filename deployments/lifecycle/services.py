@@ -23,6 +23,7 @@ from controlpanel.roles import Role, has_role
 from deployments import events, planning, replicas, sealed
 from deployments.catalog.registered import host_inventory, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
+from deployments.lifecycle import limits
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
 from deployments.planning.units import GIB
 from monitoring.models import Gpu, Host
@@ -168,8 +169,8 @@ def _over_message(host: Host, gpu: Gpu, others: int, wanted: int) -> str:
 
 def _check_name(name: str) -> str:
     name = name.strip().lower()
-    if not name or len(name) > 63 or not all(c.isalnum() or c == "-" for c in name):
-        raise DeploymentError("Name: use 1 to 63 letters, digits and dashes.")
+    if problem := limits.name_problem(name):
+        raise DeploymentError(problem)
     if Deployment.objects.filter(name=name, status__in=list(ACTIVE)).exists():
         raise DeploymentError(f"A deployment named {name!r} is already active.")
     return name

@@ -18,6 +18,7 @@ from playground.gateway import dbwork, rows
 from playground.gateway.access import AccessError, Caller, auth_cache_s, authenticate_async
 from playground.gateway.balance import ROTATION_S
 from playground.gateway.cache import TtlCache
+from playground.gateway.errors import body_too_large_message
 from playground.gateway.payload import (
     GatewayCall,
     Kind,
@@ -57,7 +58,7 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
     """The admitted request; raises AccessError (refusals after authentication are audited)."""
     caller = await authenticate_async(request)
     try:
-        call, length = capped_call(request.body, kind)
+        call, length = capped_call(request_body(request), kind)
         replicas = await replicas_for(caller, call.model)
     except AccessError as exc:
         refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
@@ -68,9 +69,20 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
     return Exchange(caller, call, replicas[0], length, from_playground, ip, started_s, replicas)
 
 
+def request_body(request: HttpRequest) -> bytes:
+    """The body, at most PLAYGROUND_MAX_BODY_BYTES. The gateway's handler has already refused a
+    larger one before reading it (playground.gateway.asgi); read(), not .body, because .body
+    applies the site's smaller DATA_UPLOAD_MAX_MEMORY_SIZE to the declared length."""
+    limit = settings.PLAYGROUND_MAX_BODY_BYTES
+    raw = request.read(limit + 1)
+    if len(raw) > limit:
+        raise AccessError(413, "request_too_large", body_too_large_message(limit))
+    return raw
+
+
 def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
     try:
-        call = parse_call(raw, kind)
+        call = parse_call(raw, kind, max_choices=settings.PLAYGROUND_MAX_CHOICES)
         body, length = cap_length(call, settings.PLAYGROUND_MAX_TOKENS)
     except PayloadError as exc:
         raise AccessError(400, "invalid_request_error", str(exc)) from exc

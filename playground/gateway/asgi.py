@@ -30,6 +30,10 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse, StreamingHt
 from django.urls import ResolverMatch, get_resolver, set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
+from controlpanel.bodylimit import declared_length
+from playground.gateway import gate
+from playground.gateway.errors import body_too_large
+
 logger = logging.getLogger(__name__)
 PREFIX = "/v1/"
 URLCONF = "playground.gateway.urls"
@@ -68,13 +72,14 @@ class GatewayHandler(ASGIHandler):
         gateway's database work runs in playground.gateway.dbwork's threads, which close their
         own), yet walking them costs CPU on every request (asgiref locals).
         """
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
+        limit = settings.PLAYGROUND_MAX_BODY_BYTES
+        if (declared_length(scope) or 0) > limit:
+            await self._refuse(body_too_large(limit), send)
             return
         prefix = get_script_prefix(scope)  # "" without a root path (uvicorn's default)
         if prefix not in ("", "/"):  # a task starts with "/"; setting it costs asgiref's Local
             set_script_prefix(prefix)
+        body_file = gate.empty_body()  # filled below, once the caller may send a body
         created = self.create_request(scope, body_file)  # (request, None) or (None, an error)
         if created[0] is None:
             body_file.close()
@@ -84,11 +89,37 @@ class GatewayHandler(ASGIHandler):
         request = created[0]
         request.urlconf = URLCONF
         try:
+            refusal = await self._before_body(request, scope, receive, body_file)
+            if refusal is not None:
+                await self._refuse(refusal, send)
+                return
             response = await self._respond_until_disconnect(request, receive, send)
+        except RequestAborted:
+            return
         finally:
             body_file.close()
         if response is not None:
             _close_resources(response)
+
+    async def _before_body(
+        self, request: HttpRequest, scope: dict[str, Any], receive: Any, body_file: Any
+    ) -> HttpResponseBase | None:
+        """A refusal (401, 403, 413) or None once the body (if any) is read into `body_file`.
+        A request without a body is left to its view, which authenticates it."""
+        if gate.sends_body(scope):
+            try:
+                refusal = await gate.refusal_before_body(request)
+            except Exception as exc:  # the database is down, say: Django logs it, picks the status
+                set_urlconf(URLCONF)
+                return as_api_error(response_for_exception(request, exc))
+            if refusal is not None:
+                return refusal
+        return await gate.read_body_into(receive, body_file, settings.PLAYGROUND_MAX_BODY_BYTES)
+
+    async def _refuse(self, response: HttpResponseBase, send: Any) -> None:
+        """Answer without the body: the server discards what the client still sends."""
+        await self.send_response(_secured(response), send)
+        _close_resources(response)
 
     async def _respond_until_disconnect(
         self, request: HttpRequest, receive: Any, send: Any
@@ -188,11 +219,16 @@ class GatewayHandler(ASGIHandler):
         except Exception as exc:  # Django logs it and picks the status; the body is an API's
             set_urlconf(URLCONF)  # the gateway's error views
             response = as_api_error(response_for_exception(request, exc))
-        response.setdefault("X-Content-Type-Options", "nosniff")
-        response.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
-        if settings.SECURE_REFERRER_POLICY:
-            response.setdefault("Referrer-Policy", settings.SECURE_REFERRER_POLICY)
-        return response
+        return _secured(response)
+
+
+def _secured(response: HttpResponseBase) -> HttpResponseBase:
+    """The headers SecurityMiddleware would add to an API response."""
+    response.setdefault("X-Content-Type-Options", "nosniff")
+    response.setdefault("X-Frame-Options", settings.X_FRAME_OPTIONS)
+    if settings.SECURE_REFERRER_POLICY:
+        response.setdefault("Referrer-Policy", settings.SECURE_REFERRER_POLICY)
+    return response
 
 
 class RelayResponse(StreamingHttpResponse):

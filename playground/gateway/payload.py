@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-Kind = Literal["chat", "completion"]
+from playground.gateway.fields import FieldError, check_fields
+from playground.gateway.fields import Kind as Kind
+
 PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
 _LENGTH_KEYS: dict[Kind, tuple[str, ...]] = {
     "chat": ("max_tokens", "max_completion_tokens"),
@@ -31,17 +33,23 @@ class GatewayCall:
         return PATHS[self.kind]
 
 
-def parse_call(raw: bytes, kind: Kind) -> GatewayCall:
+def parse_call(raw: bytes, kind: Kind, *, max_choices: int) -> GatewayCall:
     try:
         body = json.loads(raw or b"null", parse_constant=_not_json)
     except ValueError as exc:
         raise PayloadError(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:  # the C parser recurses per level: `[[[[…` exhausts the stack
+        raise PayloadError("the body is not valid JSON: it nests too deeply") from None
     if not isinstance(body, dict):
         raise PayloadError("the body must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if not isinstance(model, str) or not model or len(model) > 200 or not model.isprintable():
         raise PayloadError("'model' must name a running deployment")
     _check_input(body, kind)
+    try:
+        check_fields(body, kind, max_choices=max_choices)
+    except FieldError as exc:
+        raise PayloadError(str(exc)) from None
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     return GatewayCall(kind, model, bool(body.get("stream")), wants_usage, body)

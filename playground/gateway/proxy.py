@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from playground.gateway import balance, limits, sse
 from playground.gateway.access import AccessError
@@ -27,6 +27,7 @@ from playground.gateway.engine_client import (
     ReadError,
     ReadTimeout,
 )
+from playground.gateway.errors import error_response
 from playground.gateway.payload import Kind, engine_body
 from playground.gateway.recording import Recorder
 from playground.gateway.rows import Outcome
@@ -37,15 +38,6 @@ __all__ = ["PLAYGROUND_HEADER", "error_response", "gateway"]
 
 def stream_max_s() -> float:
     return settings.PLAYGROUND_STREAM_MAX_S
-
-
-def error_response(status: int, kind: str, message: str) -> JsonResponse:
-    response = JsonResponse(
-        {"error": {"message": message, "type": kind, "code": status}}, status=status
-    )
-    if status == 401:
-        response["WWW-Authenticate"] = 'Bearer realm="shardboard"'
-    return response
 
 
 async def gateway(request: HttpRequest, kind: Kind) -> HttpResponseBase:

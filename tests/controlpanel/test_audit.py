@@ -63,3 +63,12 @@ def test_admin_site_lists_audit_without_edit(client: Client, admin_user) -> None
     listing = client.get("/admin/controlpanel/auditevent/")
     assert listing.status_code == 200 and b"test.listed" in listing.content
     assert client.get("/admin/controlpanel/auditevent/add/").status_code == 403
+
+
+def test_a_nul_in_the_detail_is_spelled_out_not_lost(admin_user) -> None:
+    # PostgreSQL stores no NUL character: the row would fail, and the audit with it.
+    event = audit_record(
+        actor=admin_user, action="test.nul", detail={"k\x00": ["v\x00", {"n": "\x00"}]}
+    )
+    event.refresh_from_db()
+    assert event.detail == {"k\\x00": ["v\\x00", {"n": "\\x00"}]}

@@ -8,6 +8,7 @@ import httpx2
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
+    HFValidationError,
     OfflineModeIsEnabled,
     RemoteEntryNotFoundError,
     RepositoryNotFoundError,
@@ -169,6 +170,8 @@ def translate(
             "that can read it.",
             repo_id=repo_id,
         )
+    if isinstance(error, HFValidationError):  # huggingface_hub checks ids before any request
+        return HubNotFoundError(f"{repo_id!r} is not a valid Hub model id.", repo_id=repo_id)
     if isinstance(error, HfHubHTTPError):
         return _http_error(error, repo_id, endpoint)
     if isinstance(error, SafetensorsParsingError):

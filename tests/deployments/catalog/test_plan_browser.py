@@ -211,3 +211,20 @@ def test_local_model_plan_launch_running_stop(
     page.click("#stop-button")
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60)
     assert errors == []
+
+
+def test_a_what_if_fleet_of_64_gpus_answers(
+    live: LiveServer, page: Any, viewer: Any, errors: list[str]
+) -> None:
+    """Eight 8-GPU hosts, planned from the browser: the page answers (the default timeout is
+    10 s; a search that grew with the GPU subsets took minutes here) and names each rank's host."""
+    login(page, live, viewer.username)
+    page.goto(f"{live.url}/models/{BIG}/")
+    page.wait_for_function(f"() => {BARS} !== undefined")
+    assert page.locator("#plan-target-select").input_value() == "whatif"  # no host registered
+    replanned(page, lambda: page.fill("#plan-form input[name=gpus]", "8x8x80GiB@nvlink"))
+    assert layout(page).startswith("TP 4 × PP 1") and "room for 16 replicas" in layout(page)
+    rows = page.locator("#plan-replicas li").all_inner_texts()
+    assert rows[0].startswith("replica 1: what-if-1 GPUs") and len(rows) == 16
+    assert any(r.startswith("replica 2: what-if-2") for r in rows)  # spread over the hosts
+    assert errors == []

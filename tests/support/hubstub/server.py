@@ -283,7 +283,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, payload, headers | {"Content-Type": "application/json"}, head=head)
 
     def _error(self, reply: _Reply, *, head: bool) -> None:
-        headers = {"X-Error-Message": reply.message}
+        # A header is printable Latin-1: what the user typed may not be (the Hub escapes it).
+        headers = {"X-Error-Message": json.dumps(reply.message)[1:-1]}
         if reply.code is not None and reply.code != "RateLimited":
             headers["X-Error-Code"] = reply.code
         if reply.status == 429:
