@@ -128,12 +128,12 @@ def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planni
         for k, v in (snapshot.get("request") or {}).items()
         if k in planning.PlanRequest.__dataclass_fields__ and k not in ("replicas", "concurrency")
     }
-    pinned = planning.PlanRequest(
-        **overrides,
-        tensor_parallel_size=snapshot.get("tensor_parallel_size"),
-        pipeline_parallel_size=snapshot.get("pipeline_parallel_size"),
-        max_model_len=snapshot.get("max_model_len"),
-    )
+    overrides |= {
+        "tensor_parallel_size": snapshot.get("tensor_parallel_size"),
+        "pipeline_parallel_size": snapshot.get("pipeline_parallel_size"),
+        "max_model_len": snapshot.get("max_model_len"),
+    }
+    pinned = planning.PlanRequest(**overrides)
     request = LaunchRequest(
         name=first.name,
         model_ref=source.ref,

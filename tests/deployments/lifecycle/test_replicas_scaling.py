@@ -174,3 +174,21 @@ def launch_named(user: Any, name: str) -> Deployment:
         name=name, model_ref="local:0/tiny", host_name=HOST, plan_request=planning.PlanRequest()
     )
     return deployment_create(user=user, request=request)
+
+
+def test_scale_up_keeps_a_layout_asked_for_at_launch(four_gpu_host, operator) -> None:
+    request = LaunchRequest(
+        name="wide",
+        model_ref="local:0/tiny",
+        host_name=HOST,
+        plan_request=planning.PlanRequest(tensor_parallel_size=2),
+    )
+    d = deployment_create(user=operator, request=request)
+    Deployment.objects.filter(pk=d.pk).update(status=Status.RUNNING)
+    deployment_scale(user=operator, deployment=d, replicas=2)
+    rows = list(d.group())
+    assert [len(r.plan["gpus"][0]) for r in rows] == [2, 2]
+    assert rows[1].plan["command"] == rows[0].plan["command"]
+    assert sorted(g for one in held_gpus(rows) for g in one) == [0, 1, 2, 3]
+    with pytest.raises(DeploymentError, match="Cannot add 1 replica"):
+        deployment_scale(user=operator, deployment=d, replicas=3)
