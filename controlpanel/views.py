@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 from controlpanel import selectors
 from controlpanel.hosts import HostRetireError, host_retire
 from controlpanel.roles import Role, role_required
+from deployments.lifecycle.selectors import active_rows
 
 
 @role_required(Role.VIEWER)
@@ -18,6 +19,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     context = {
         "hosts": selectors.host_overview(),
         "live": selectors.live_data_status(),
+        "deployments": active_rows(),
     }
     return render(request, "controlpanel/dashboard.html", context)
 

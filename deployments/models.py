@@ -118,10 +118,18 @@ class Deployment(models.Model):
         return self.replica_of_id or self.pk
 
     def group(self) -> models.QuerySet[Deployment]:
-        """Every replica of this launch, the first first."""
-        return Deployment.objects.filter(
-            Q(pk=self.group_id) | Q(replica_of_id=self.group_id)
-        ).order_by("replica_index")
+        """Every replica of this launch, the first first, less those a scale-down retired
+        (their rows keep their history; lifecycle.scaling)."""
+        return (
+            Deployment.objects.filter(Q(pk=self.group_id) | Q(replica_of_id=self.group_id))
+            .filter(Q(plan__retired__isnull=True) | Q(plan__retired=False))
+            .order_by("replica_index")
+        )
+
+    @property
+    def retired(self) -> bool:
+        """Stopped by a scale-down: no longer one of the deployment's replicas."""
+        return bool(self.plan.get("retired"))
 
     @property
     def is_active(self) -> bool:

@@ -14,8 +14,9 @@ from deployments import enginelog, replicas
 from deployments.catalog.selectors import concurrency_text
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
-from deployments.models import Deployment, Status
+from deployments.models import ACTIVE, Deployment, Status
 from monitoring.models import Host
+from playground.gateway import balance
 
 STATUS_CHOICES = Status.choices
 
@@ -60,8 +61,22 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
     return [_list_row(d) for d in rows.distinct()]
 
 
+def active_rows() -> list[ListRow]:
+    """The deployments with a replica still up (the dashboard's list), their replicas folded."""
+    live = list(ACTIVE)
+    rows = (
+        Deployment.objects.filter(replica_of__isnull=True)
+        .filter(Q(status__in=live) | Q(replicas__status__in=live))
+        .select_related("host")
+        .prefetch_related("leases__gpu", "replicas__leases__gpu")
+        .order_by("host__name", "name")
+    )
+    return [_list_row(d) for d in rows.distinct()]
+
+
 def _list_row(d: Deployment) -> ListRow:
-    members = [d, *sorted(d.replicas.all(), key=lambda r: r.replica_index)]
+    kept = [r for r in d.replicas.all() if not r.retired]
+    members = [d, *sorted(kept, key=lambda r: r.replica_index)]
     gpus = [sorted(lease.gpu.index for lease in m.leases.all() if lease.active) for m in members]
     return ListRow(d, replicas.overall([m.status for m in members]), gpus)
 
@@ -70,6 +85,7 @@ def _list_row(d: Deployment) -> ListRow:
 class ReplicaRow:
     d: Deployment
     gpus: list[int]  # held now; the planned ones once the leases are released
+    in_flight: int = 0  # gateway requests on it now, across web processes
 
     @property
     def gpu_text(self) -> str:
@@ -79,10 +95,13 @@ class ReplicaRow:
 def replica_rows(deployment: Deployment) -> list[ReplicaRow]:
     """Every replica of the deployment ``deployment`` belongs to, the first first."""
     out = []
-    for r in deployment.group().select_related("host").prefetch_related("leases__gpu"):
+    rows = list(deployment.group().select_related("host").prefetch_related("leases__gpu"))
+    counts = balance.in_flight([r.pk for r in rows])
+    for r in rows:
         held = sorted(lease.gpu.index for lease in r.leases.all() if lease.active)
         planned = [g.get("index") for g in (r.plan.get("gpus") or [[]])[0]]
-        out.append(ReplicaRow(r, held or [i for i in planned if isinstance(i, int)]))
+        gpus = held or [i for i in planned if isinstance(i, int)]
+        out.append(ReplicaRow(r, gpus, counts.get(r.pk, 0)))
     return out
 
 

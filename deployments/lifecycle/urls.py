@@ -9,5 +9,6 @@ urlpatterns = [
     path("deployments/<int:pk>/log/", dv.deployment_log, name="deployment_log"),
     path("deployments/<int:pk>/memory/", dv.deployment_memory, name="deployment_memory"),
     path("deployments/<int:pk>/stop/", dv.deployment_stop, name="deployment_stop"),
+    path("deployments/<int:pk>/scale/", dv.deployment_scale, name="deployment_scale"),
     path("deployments/<int:pk>/relaunch/", dv.deployment_relaunch, name="deployment_relaunch"),
 ]

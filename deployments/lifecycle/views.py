@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments.catalog.selectors import session_hub_token
-from deployments.lifecycle import dispatch, selectors, services
+from deployments.lifecycle import dispatch, scaling, selectors, services
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
@@ -111,3 +111,22 @@ def deployment_relaunch(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, str(exc))
         return redirect("deployment_detail", pk=pk)
     return redirect("deployment_detail", pk=new.pk)
+
+
+@require_POST
+@role_required(Role.OPERATOR)
+def deployment_scale(request: HttpRequest, pk: int) -> HttpResponse:
+    deployment = get_object_or_404(Deployment, pk=pk)
+    raw = request.POST.get("replicas", "").strip()
+    if not raw.isdigit():
+        messages.error(request, "Replicas: give a whole number, such as 2.")
+        return redirect("deployment_detail", pk=pk)
+    try:
+        first = scaling.deployment_scale(
+            user=request.user, deployment=deployment, replicas=int(raw), http_request=request
+        )
+    except services.DeploymentError as exc:
+        messages.error(request, str(exc))
+        return redirect("deployment_detail", pk=pk)
+    messages.success(request, f"Scaling {first.name} to {int(raw)} replicas.")
+    return redirect("deployment_detail", pk=first.pk)

@@ -16,6 +16,7 @@ from django.http import HttpRequest
 from controlpanel.audit import client_ip
 from playground.gateway import dbwork, rows
 from playground.gateway.access import AccessError, Caller, auth_cache_s, authenticate_async
+from playground.gateway.balance import ROTATION_S
 from playground.gateway.cache import TtlCache
 from playground.gateway.errors import body_too_large_message
 from playground.gateway.payload import (
@@ -27,15 +28,16 @@ from playground.gateway.payload import (
     parse_call,
 )
 from playground.gateway.rows import Outcome
-from playground.gateway.targets import gateway_target
+from playground.gateway.targets import gateway_replicas
 from playground.gateway.upstream import Target
 
 PLAYGROUND_HEADER = "X-Shardboard-Playground"
 _PLAYGROUND_META = "HTTP_X_SHARDBOARD_PLAYGROUND"  # the header, as request.META names it
 
-# deployment name → its engine, while running. Every operator may use every running
-# deployment (gateway.targets.deployments_usable), so the caller is not part of the key.
-targets: TtlCache[str, Target] = TtlCache(ttl_s=auth_cache_s)
+# deployment name → its running replicas' engines. Every operator may use every running
+# deployment (gateway.targets.deployments_usable), so the caller is not part of the key. Kept
+# at most ROTATION_S: a replica the watchdog marked down leaves the rotation that fast.
+targets: TtlCache[str, tuple[Target, ...]] = TtlCache(ttl_s=lambda: min(auth_cache_s(), ROTATION_S))
 
 
 @dataclass(slots=True)
@@ -44,11 +46,12 @@ class Exchange:
 
     caller: Caller
     call: GatewayCall
-    target: Target
+    target: Target  # the replica answering (the first until the balancer chose)
     length: LengthCap
     from_playground: bool
     ip: str | None
     started_s: float
+    replicas: tuple[Target, ...] = ()
 
 
 async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
@@ -56,13 +59,14 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
     caller = await authenticate_async(request)
     try:
         call, length = capped_call(request_body(request), kind)
-        target = await target_for(caller, call.model)
+        replicas = await replicas_for(caller, call.model)
     except AccessError as exc:
         refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
         await dbwork.wait(refusal)
         raise
     from_playground = request.META.get(_PLAYGROUND_META) == "1"
-    return Exchange(caller, call, target, length, from_playground, client_ip(request), started_s)
+    ip = client_ip(request)
+    return Exchange(caller, call, replicas[0], length, from_playground, ip, started_s, replicas)
 
 
 def request_body(request: HttpRequest) -> bytes:
@@ -85,8 +89,8 @@ def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
     return GatewayCall(call.kind, call.model, call.stream, call.wants_usage, body), length
 
 
-async def target_for(caller: Caller, name: str) -> Target:
-    lookup = partial(gateway_target, user=caller.user, name=name)
+async def replicas_for(caller: Caller, name: str) -> tuple[Target, ...]:
+    lookup = partial(gateway_replicas, user=caller.user, name=name)
     return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
 
 

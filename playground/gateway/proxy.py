@@ -14,11 +14,19 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from playground.gateway import limits, sse
+from playground.gateway import balance, limits, sse
 from playground.gateway.access import AccessError
 from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
 from playground.gateway.asgi import RelayResponse
-from playground.gateway.engine_client import Answer, EngineIOError
+from playground.gateway.engine_client import (
+    Answer,
+    ConnectError,
+    ConnectTimeout,
+    EngineIOError,
+    ProtocolError,
+    ReadError,
+    ReadTimeout,
+)
 from playground.gateway.errors import error_response
 from playground.gateway.payload import Kind, engine_body
 from playground.gateway.recording import Recorder
@@ -44,15 +52,16 @@ async def gateway(request: HttpRequest, kind: Kind) -> HttpResponseBase:
     recorder = Recorder(exchange)
     if slot is None:
         return await _refuse_busy(recorder)
+    holds = Holds(slot)
     try:
-        return await _forward(recorder, slot)
+        return await _forward(recorder, holds)
     except asyncio.CancelledError:
         recorder.record(Outcome("client_disconnected", 499))
-        await slot.release()
+        await holds.release()
         raise
     except Exception:
         recorder.record(Outcome("proxy_error", 500, error="the gateway failed; see the log"))
-        await slot.release()
+        await holds.release()
         raise
 
 
@@ -65,37 +74,98 @@ async def _refuse_busy(recorder: Recorder) -> HttpResponse:
     return response
 
 
-async def _forward(recorder: Recorder, slot: limits.Slot) -> HttpResponseBase:
+class Holds:
+    """What a request holds while in flight: the caller's slot and its replica's count."""
+
+    def __init__(self, slot: limits.Slot) -> None:
+        self.slot = slot
+        self.replica: balance.Lease | None = None
+
+    async def release(self) -> None:
+        if self.replica is not None:
+            await self.replica.release()
+        await self.slot.release()
+
+
+def _retriable(exc: UpstreamError) -> bool:
+    """The engine refused or dropped the connection before answering: nothing reached the
+    client, and another replica may answer. A timeout is not retried (it already waited)."""
+    cause = exc.__cause__
+    if isinstance(cause, ConnectTimeout | ReadTimeout):
+        return False
+    return isinstance(cause, ConnectError | ProtocolError | ReadError)
+
+
+async def _open(recorder: Recorder, holds: Holds) -> Answer:
+    """The answer of the least loaded healthy replica; a replica that refuses or drops the
+    connection leaves the rotation and the request is tried once more on another."""
     exchange = recorder.exchange
-    body = engine_body(
-        exchange.call.body, stream=exchange.call.stream, served_model=exchange.target.served_model
-    )
+    tried: set[int] = set()
+    while True:
+        left = [t for t in exchange.replicas if t.deployment_id not in tried]
+        now_s = asyncio.get_running_loop().time()
+        try:
+            try:
+                lease = await balance.acquire(left, ttl_s=stream_max_s(), now_s=now_s)
+            except balance.NoReplica:
+                if tried:
+                    raise
+                # Every one failed lately: one of them anyway, whose own error the client
+                # gets if it still fails (the marks only steer around a dead engine).
+                lease = await balance.acquire(
+                    left, ttl_s=stream_max_s(), now_s=now_s, skip_down=False
+                )
+        except balance.NoReplica:
+            name = exchange.target.name
+            raise UpstreamError(
+                503, "engine_unreachable", f"no replica of {name} is reachable right now"
+            ) from None
+        holds.replica = lease
+        exchange.target = lease.target
+        body = engine_body(
+            exchange.call.body, stream=exchange.call.stream, served_model=lease.target.served_model
+        )
+        try:
+            return await open_response(lease.target, exchange.call.path, body)
+        except UpstreamError as exc:
+            await lease.release()
+            holds.replica = None
+            if not _retriable(exc):
+                raise
+            await balance.mark_down(lease.target, now_s=asyncio.get_running_loop().time())
+            tried.add(lease.target.deployment_id)
+            if len(tried) > 1 or len(tried) == len(exchange.replicas):
+                raise
+
+
+async def _forward(recorder: Recorder, holds: Holds) -> HttpResponseBase:
+    exchange = recorder.exchange
     try:
-        upstream = await open_response(exchange.target, exchange.call.path, body)
+        upstream = await _open(recorder, holds)
     except UpstreamError as exc:
-        await slot.release()
+        await holds.release()
         await recorder.record_and_wait(Outcome(exc.kind, exc.status, error=exc.message))
         return error_response(exc.status, exc.kind, exc.message)
     if not exchange.call.stream:
-        return await _whole(recorder, upstream, slot)
+        return await _whole(recorder, upstream, holds)
     response = RelayResponse(
-        relay(recorder, upstream, slot), content_type="text/event-stream; charset=utf-8"
+        relay(recorder, upstream, holds), content_type="text/event-stream; charset=utf-8"
     )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
 
 
-async def _whole(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> HttpResponse:
+async def _whole(recorder: Recorder, upstream: Answer, holds: Holds) -> HttpResponse:
     exchange = recorder.exchange
     try:
         raw = await upstream.aread()
     except EngineIOError as exc:
-        error = transport_error(exchange.target, exc)
+        error = await _engine_failed(exchange.target, exc)
         await recorder.record_and_wait(Outcome(error.kind, error.status, error=error.message))
         return error_response(error.status, error.kind, error.message)
     finally:
-        await _stop(upstream, slot)
+        await _stop(upstream, holds)
     meter = sse.StreamMeter(started_s=exchange.started_s)
     now_s = time.perf_counter()
     meter.observe(sse.parse_payload(raw) or {}, now_s)
@@ -103,9 +173,7 @@ async def _whole(recorder: Recorder, upstream: Answer, slot: limits.Slot) -> Htt
     return HttpResponse(raw, status=200, content_type="application/json")
 
 
-async def relay(
-    recorder: Recorder, upstream: Answer, slot: limits.Slot
-) -> AsyncGenerator[bytes, None]:
+async def relay(recorder: Recorder, upstream: Answer, holds: Holds) -> AsyncGenerator[bytes, None]:
     exchange = recorder.exchange
     meter = sse.StreamMeter(started_s=exchange.started_s)
     splitter = sse.EventSplitter()
@@ -118,8 +186,8 @@ async def relay(
                 if out:
                     yield out
         except (EngineIOError, TimeoutError) as exc:
-            error = _relay_error(exchange.target, exc)
-        await _stop(upstream, slot)  # the slot is free before the client reads [DONE]
+            error = await _relay_error(exchange.target, exc)
+        await _stop(upstream, holds)  # the slot is free before the client reads [DONE]
         stopped = True
         outcome = _with_meter(_ended(meter, error), meter)
         run_id = None
@@ -133,12 +201,20 @@ async def relay(
         if not recorder.done:
             recorder.record(_with_meter(Outcome("client_disconnected", 499), meter))
         if not stopped:
-            await _stop(upstream, slot)
+            await _stop(upstream, holds)
 
 
-async def _stop(upstream: Answer, slot: limits.Slot) -> None:
+async def _stop(upstream: Answer, holds: Holds) -> None:
     await upstream.aclose()
-    await slot.release()
+    await holds.release()
+
+
+async def _engine_failed(target: Target, exc: EngineIOError) -> UpstreamError:
+    """The error the client gets; an engine that dropped the connection mid-answer (it died)
+    leaves the rotation at once, not when the watchdog sees it."""
+    if isinstance(exc, ProtocolError | ReadError):
+        await balance.mark_down(target, now_s=asyncio.get_running_loop().time())
+    return transport_error(target, exc)
 
 
 async def _chunks(upstream: Answer) -> AsyncIterator[bytes]:
@@ -173,9 +249,9 @@ def _ended(meter: sse.StreamMeter, error: UpstreamError | None) -> Outcome:
     return Outcome("ok", 200)
 
 
-def _relay_error(target: Target, exc: Exception) -> UpstreamError:
+async def _relay_error(target: Target, exc: Exception) -> UpstreamError:
     if isinstance(exc, EngineIOError):
-        return transport_error(target, exc)
+        return await _engine_failed(target, exc)
     limit = stream_max_s()
     return UpstreamError(504, "stream_time_limit", f"the answer took longer than {limit:g} s")
 

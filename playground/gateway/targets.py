@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from django.db.models import QuerySet
@@ -28,12 +27,10 @@ def models_usable(*, user: Any) -> list[Deployment]:
     return list(seen.values())
 
 
-def gateway_target(*, user: Any, name: str) -> Target:
-    """The engine behind deployment `name`; raises AccessError 404 (unknown) or 409 (not running).
-
-    With several replicas running, one of them at random: the gateway keeps a name's target
-    for a few seconds, so this spreads the load over replicas only roughly.
-    """
+def gateway_replicas(*, user: Any, name: str) -> tuple[Target, ...]:
+    """The running engines behind deployment `name` (one per running replica); raises
+    AccessError 404 (unknown) or 409 (none running). Which one answers a request is
+    playground.gateway.balance's choice."""
     running = list(deployments_usable(user=user).filter(name=name))
     if not running:
         latest = Deployment.objects.filter(name=name).order_by("-created_at").first()
@@ -42,7 +39,7 @@ def gateway_target(*, user: Any, name: str) -> Target:
         raise AccessError(
             409, "deployment_not_running", f"deployment {name!r} is {latest.status}, not running"
         )
-    return target_of(secrets.choice(running))
+    return tuple(target_of(d) for d in running)
 
 
 def target_of(deployment: Deployment) -> Target:

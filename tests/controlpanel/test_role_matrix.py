@@ -59,6 +59,7 @@ EXPECTED: dict[str, str] = {
     "deployments/<int:pk>/memory/": "viewer",
     "deployments/<int:pk>/stop/": "operator",
     "deployments/<int:pk>/relaunch/": "operator",
+    "deployments/<int:pk>/scale/": "operator",
     "playground/": "operator",
     "playground/runs.json": "operator",
     "playground/runs/<int:run_id>/browser/": "operator",

@@ -1,0 +1,221 @@
+"""Scaling a running deployment: more replicas of the same command, or fewer.
+
+Up: the launch's own path (the planner on the host's free GPUs, pinned to the first replica's
+layout; the same locked reservation; one ``deployments.launch`` per new row on commit). Every
+new replica runs the first one's command and reserves its bytes per GPU, as at launch.
+Down: the highest-index replicas stop (as a stop does) and are retired: their rows stay, with
+their history, but no longer count in the deployment's state (``Deployment.group``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max, Q
+from django.http import HttpRequest
+
+from controlpanel.audit import audit_record
+from controlpanel.roles import Role
+from deployments import planning
+from deployments.catalog.sources import ModelSourceError, resolve_source
+from deployments.lifecycle.dispatch import enqueue
+from deployments.lifecycle.services import (
+    DeploymentError,
+    LaunchRequest,
+    ReservationConflict,
+    _host,
+    _require,
+    _reserve,
+    choose_plan,
+)
+from deployments.models import ACTIVE, Deployment, Status
+
+MAX_REPLICAS = 16
+_LIVE = frozenset(ACTIVE) - {Status.STOPPING}
+
+
+def deployment_scale(
+    *,
+    user: Any,
+    deployment: Deployment,
+    replicas: int,
+    http_request: HttpRequest | None = None,
+) -> Deployment:
+    """`replicas` live replicas of `deployment`'s launch; returns the first replica."""
+    _require(user, Role.OPERATOR)
+    if not 1 <= replicas <= MAX_REPLICAS:
+        raise DeploymentError(f"Replicas: a number from 1 to {MAX_REPLICAS}.")
+    with transaction.atomic():
+        rows = list(deployment.group().select_for_update().order_by("replica_index"))
+        live = [r for r in rows if r.status in _LIVE]
+        first = rows[0]
+        if not live or first.status not in _LIVE:
+            raise DeploymentError(f"{first.name} is not running; launch it again instead.")
+        if replicas < len(live):
+            return _scale_down(user, first, live, replicas, http_request)
+    if replicas == len(live):
+        raise DeploymentError(f"{first.name} already has {replicas} live replicas.")
+    for attempt in range(3):
+        try:
+            return _scale_up(user, first, replicas, http_request)
+        except ReservationConflict:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _scale_down(
+    user: Any,
+    first: Deployment,
+    live: list[Deployment],
+    replicas: int,
+    http_request: HttpRequest | None,
+) -> Deployment:
+    going = sorted(live, key=lambda r: r.replica_index)[replicas:]
+    for row in going:
+        row.transition(Status.STOPPING, reason=f"scaled down by {user.get_username()}")
+        row.plan = {**row.plan, "retired": True}
+        row.save(update_fields=["plan"])
+    _remember_asked(first, replicas)
+    _audit(user, first, len(live), replicas, [r.pk for r in going], http_request)
+    for row in going:
+        transaction.on_commit(partial(enqueue, "deployments.stop", row, [row]))
+    return first
+
+
+def _scale_up(
+    user: Any, first: Deployment, replicas: int, http_request: HttpRequest | None
+) -> Deployment:
+    host = _host(first.host.name)
+    try:
+        source = resolve_source(first.plan.get("model_ref", first.model_id), first.revision)
+    except ModelSourceError as exc:
+        raise DeploymentError(str(exc)) from exc
+    with transaction.atomic():
+        rows = list(first.group().select_for_update().order_by("replica_index"))
+        live = [r for r in rows if r.status in _LIVE]
+        adding = replicas - len(live)
+        if adding <= 0:
+            raise DeploymentError(f"{first.name} already has {len(live)} live replicas.")
+        plan = _placement(source, host, first, adding)
+        new_rows = _new_rows(first, plan, rows, adding)
+        _reserve(new_rows, host, plan)
+        for row in new_rows:
+            key = row.engine_api_key()
+            row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
+            row.save(update_fields=["api_key_hash"])
+            row.events.create(
+                new_status=Status.PENDING,
+                reason=f"scaled up by {user.get_username()} (replica {row.replica_index})",
+            )
+        _remember_asked(first, replicas)
+        _audit(user, first, len(live), replicas, [r.pk for r in new_rows], http_request)
+        for row in new_rows:
+            transaction.on_commit(partial(enqueue, "deployments.launch", row, [row]))
+    return first
+
+
+def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planning.Plan:
+    """Where `adding` more replicas of the first one's layout go, or a refusal saying how
+    many the free GPUs hold."""
+    snapshot = first.plan
+    overrides = {
+        k: v
+        for k, v in (snapshot.get("request") or {}).items()
+        if k in planning.PlanRequest.__dataclass_fields__ and k not in ("replicas", "concurrency")
+    }
+    overrides |= {
+        "tensor_parallel_size": snapshot.get("tensor_parallel_size"),
+        "pipeline_parallel_size": snapshot.get("pipeline_parallel_size"),
+        "max_model_len": snapshot.get("max_model_len"),
+    }
+    pinned = planning.PlanRequest(**overrides)
+    request = LaunchRequest(
+        name=first.name,
+        model_ref=source.ref,
+        host_name=first.host.name,
+        engine=first.engine,
+        revision=first.revision,
+        plan_request=pinned,
+        replicas=adding,
+    )
+    try:
+        plan, _ = choose_plan(source, first.host, request)
+    except DeploymentError as exc:
+        raise DeploymentError(f"Cannot add {adding} replica(s) to {first.name}: {exc}") from exc
+    wanted = [g.get("total_bytes") for g in snapshot.get("per_gpu", [])]
+    if [m.total_bytes for m in plan.per_gpu] != wanted:
+        raise DeploymentError(
+            f"The free GPUs of {host.name} would not run {first.name}'s command as it is "
+            "(its memory per GPU differs there); stop it and launch it again with more replicas."
+        )
+    return replace(plan, gpus=plan.gpus[:adding])
+
+
+def _new_rows(
+    first: Deployment, plan: planning.Plan, rows: list[Deployment], adding: int
+) -> list[Deployment]:
+    snapshot = planning.plan_details(plan)
+    # After every replica this launch ever had, retired ones included: an index names one
+    # engine's history.
+    ever = Deployment.objects.filter(Q(pk=first.pk) | Q(replica_of=first))
+    start = max(ever.aggregate(top=Max("replica_index"))["top"] or 0, len(rows)) + 1
+    out = []
+    try:
+        with transaction.atomic():
+            for k in range(adding):
+                plan_json = {**first.plan, "gpus": snapshot["gpus"][k : k + 1]}
+                plan_json.pop("retired", None)
+                out.append(
+                    Deployment.objects.create(
+                        name=first.name,
+                        model_id=first.model_id,
+                        revision=first.revision,
+                        engine=first.engine,
+                        host=first.host,
+                        plan=plan_json,
+                        auto_restart=first.auto_restart,
+                        hub_token_sealed=first.hub_token_sealed,
+                        created_by=first.created_by,
+                        replica_of=first,
+                        replica_index=start + k,
+                    )
+                )
+    except IntegrityError:
+        raise DeploymentError(f"Another change to {first.name} came first; try again.") from None
+    return out
+
+
+def _remember_asked(first: Deployment, replicas: int) -> None:
+    """A later launch again starts as many replicas as the deployment has now."""
+    request = {**(first.plan.get("request") or {}), "replicas": replicas}
+    Deployment.objects.filter(pk=first.pk).update(plan={**first.plan, "request": request})
+    first.refresh_from_db(fields=["plan"])
+
+
+def _audit(
+    user: Any,
+    first: Deployment,
+    before: int,
+    after: int,
+    changed: list[int],
+    http_request: HttpRequest | None,
+) -> None:
+    audit_record(
+        actor=user,
+        action="deployment.scale",
+        target_type="deployment",
+        target_id=first.pk,
+        request=http_request,
+        detail={
+            "name": first.name,
+            "host": first.host.name,
+            "replicas_before": before,
+            "replicas": after,
+            ("replica_ids_added" if after > before else "replica_ids_stopped"): changed,
+        },
+    )
