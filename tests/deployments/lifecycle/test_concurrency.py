@@ -7,13 +7,12 @@ import threading
 import pytest
 from django.db import connection, connections
 from django.db.models import Sum
-from django.utils import timezone
 
 from deployments import planning
 from deployments.catalog.demo_model import make_tiny_llama
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import Deployment, GpuLease
-from monitoring.models import Gpu, Host
+from tests.support.hosts import sim_host
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,18 +22,7 @@ def four_gpu_host(tmp_path_factory, settings):
     root = tmp_path_factory.mktemp("models")
     make_tiny_llama(root / "tiny")
     settings.MODEL_ROOTS = [root]
-    host = Host.objects.create(
-        name="racehost",
-        queue="host.racehost",
-        backend="simulated",
-        simulated=True,
-        last_heartbeat=timezone.now(),
-    )
-    for i in range(4):
-        Gpu.objects.create(
-            host=host, index=i, uuid=f"GPU-{i}", name="H100", memory_total_bytes=80 << 30
-        )
-    return host
+    return sim_host("racehost", 4)
 
 
 def test_twenty_racing_creates(four_gpu_host, operator) -> None:
@@ -87,18 +75,7 @@ def two_small_gpus(tmp_path_factory, settings):
     root = tmp_path_factory.mktemp("models")
     make_tiny_llama(root / "tiny")
     settings.MODEL_ROOTS = [root]
-    host = Host.objects.create(
-        name="sharerace",
-        queue="host.sharerace",
-        backend="simulated",
-        simulated=True,
-        last_heartbeat=timezone.now(),
-    )
-    for i in range(2):
-        Gpu.objects.create(
-            host=host, index=i, uuid=f"GPU-r{i}", name="L4", memory_total_bytes=SMALL_GPU_BYTES
-        )
-    return host
+    return sim_host("sharerace", 2, SMALL_GPU_BYTES, gpu_name="L4")
 
 
 def reservations_by_gpu() -> dict[int, int]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from controlpanel.models import AuditEvent
 from deployments import planning, replicas
@@ -19,7 +18,8 @@ from deployments.lifecycle.services import (
     deployment_stop,
 )
 from deployments.models import Deployment, GpuLease, Status
-from monitoring.models import Gpu, Host
+from monitoring.models import Host
+from tests.support.hosts import sim_host
 
 pytestmark = pytest.mark.django_db
 
@@ -29,18 +29,7 @@ HOST = "fourgpu"
 
 @pytest.fixture
 def four_gpu_host(model_root: Any) -> Host:
-    host = Host.objects.create(
-        name=HOST,
-        queue=f"host.{HOST}",
-        backend="simulated",
-        simulated=True,
-        last_heartbeat=timezone.now(),
-    )
-    for i in range(4):
-        Gpu.objects.create(
-            host=host, index=i, uuid=f"GPU-r{i}", name="H100", memory_total_bytes=80 * GIB
-        )
-    return host
+    return sim_host(HOST, 4)
 
 
 def launch(user: Any, name: str, replicas: int | None, **plan: Any) -> Deployment:

@@ -7,14 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from controlpanel.models import AuditEvent
 from deployments import planning, replicas
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import Deployment, GpuLease, Status
-from monitoring.models import Gpu, Host
+from monitoring.models import Host
+from tests.support.hosts import sim_host
 
 pytestmark = pytest.mark.django_db
 
@@ -24,18 +24,7 @@ HOST = "scalehost"
 
 @pytest.fixture
 def four_gpu_host(model_root: Any) -> Host:
-    host = Host.objects.create(
-        name=HOST,
-        queue=f"host.{HOST}",
-        backend="simulated",
-        simulated=True,
-        last_heartbeat=timezone.now(),
-    )
-    for i in range(4):
-        Gpu.objects.create(
-            host=host, index=i, uuid=f"GPU-s{i}", name="H100", memory_total_bytes=80 * GIB
-        )
-    return host
+    return sim_host(HOST, 4)
 
 
 def launch(user: Any, count: int) -> Deployment:

@@ -15,6 +15,7 @@ from deployments.lifecycle import services
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import GpuLease
 from monitoring.models import Gpu, Host
+from tests.support.hosts import sim_host
 
 pytestmark = pytest.mark.django_db
 
@@ -23,18 +24,7 @@ GIB = 2**30
 
 @pytest.fixture
 def two_gpu_host(model_root: Any) -> Host:
-    host = Host.objects.create(
-        name="sharehost",
-        queue="host.sharehost",
-        backend="simulated",
-        simulated=True,
-        last_heartbeat=timezone.now(),
-    )
-    for i in range(2):
-        Gpu.objects.create(
-            host=host, index=i, uuid=f"GPU-s{i}", name="L4", memory_total_bytes=24 * GIB
-        )
-    return host
+    return sim_host("sharehost", 2, 24 * GIB, gpu_name="L4")
 
 
 def launch(user: Any, name: str, **plan: Any) -> Any:
