@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
-
 from benchmarks import gpu_series
 from benchmarks.reading import LevelEvidence, read_level
 from monitoring.gpus.base import HostSample
@@ -32,13 +30,9 @@ def add_readings(
 
 
 def level_samples(host: str, level: dict[str, Any]) -> list[HostSample]:
-    """The samples taken during the level; for a level shorter than the sampling interval, the
-    first one after it (the load it applied is still on then)."""
-    start, end = level["started_ms"], level["ended_ms"]
-    samples = samples_between(host, start, end)
-    if not samples:
-        samples = samples_between(host, start, end + int(1500 * settings.SAMPLE_INTERVAL_S))[:1]
-    return samples
+    """The samples taken during the level, none for a level shorter than the sampling interval:
+    a sample after it shows the next level's load already (or the idle one after the run)."""
+    return samples_between(host, level["started_ms"], level["ended_ms"])
 
 
 def level_evidence(

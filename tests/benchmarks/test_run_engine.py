@@ -25,7 +25,9 @@ HOST = "benchhost"
 
 @pytest.fixture
 def worker(host_worker, model_root):
-    return start_sim_worker(host_worker, HOST, model_root)
+    # Levels of ten small requests last about a second: sampled five times a second, each level
+    # has samples of its own.
+    return start_sim_worker(host_worker, HOST, model_root, SAMPLE_INTERVAL_S="0.2")
 
 
 @pytest.fixture
