@@ -27,10 +27,10 @@ from deployments.lifecycle.services import (
     DeploymentError,
     LaunchRequest,
     ReservationConflict,
-    _host,
-    _require,
-    _reserve,
     choose_plan,
+    online_host,
+    require_role,
+    reserve_gpus,
 )
 from deployments.models import ACTIVE, Deployment, Status
 
@@ -46,7 +46,7 @@ def deployment_scale(
     http_request: HttpRequest | None = None,
 ) -> Deployment:
     """`replicas` live replicas of `deployment`'s launch; returns the first replica."""
-    _require(user, Role.OPERATOR)
+    require_role(user, Role.OPERATOR)
     if not 1 <= replicas <= MAX_REPLICAS:
         raise DeploymentError(f"Replicas: a number from 1 to {MAX_REPLICAS}.")
     with transaction.atomic():
@@ -90,7 +90,7 @@ def _scale_down(
 def _scale_up(
     user: Any, first: Deployment, replicas: int, http_request: HttpRequest | None
 ) -> Deployment:
-    host = _host(first.host.name)
+    host = online_host(first.host.name)
     try:
         source = resolve_source(first.plan.get("model_ref", first.model_id), first.revision)
     except ModelSourceError as exc:
@@ -103,7 +103,7 @@ def _scale_up(
             raise DeploymentError(f"{first.name} already has {len(live)} live replicas.")
         plan = _placement(source, host, first, adding)
         new_rows = _new_rows(first, plan, rows, adding)
-        _reserve(new_rows, host, plan)
+        reserve_gpus(new_rows, host, plan)
         for row in new_rows:
             key = row.engine_api_key()
             row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()

@@ -50,12 +50,12 @@ class LaunchRequest:
     replicas: int | None = 1
 
 
-def _require(user: Any, role: Role) -> None:
+def require_role(user: Any, role: Role) -> None:
     if not has_role(user, role):
         raise DeploymentError(f"Your role does not allow this: it needs {role.label}.")
 
 
-def _host(name: str) -> Host:
+def online_host(name: str) -> Host:
     host = Host.objects.filter(name=name).first()
     if host is None:
         raise DeploymentError(f"Unknown host {name!r}: no host worker of that name has registered.")
@@ -123,7 +123,7 @@ class ReservationConflict(DeploymentError):
     """Another launch reserved the memory this plan counted on, after it was made."""
 
 
-def _reserve(rows: list[Deployment], host: Host, plan: planning.Plan) -> None:
+def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> None:
     """Reserve the plan's bytes on each GPU of every replica (``rows[k]`` runs replica k + 1),
     or refuse if they no longer fit.
 
@@ -183,9 +183,9 @@ def deployment_create(
     hub_token: str | None = None,
 ) -> Deployment:
     """Plan again, lease, audit, enqueue. `hub_token`: the launcher's own, for gated models."""
-    _require(user, Role.OPERATOR)
+    require_role(user, Role.OPERATOR)
     name = _check_name(request.name)
-    host = _host(request.host_name)
+    host = online_host(request.host_name)
     try:
         source = resolve_source(request.model_ref, request.revision)
     except ModelSourceError as exc:
@@ -231,7 +231,7 @@ def _create(
             rows = _create_rows(user, name, host, source, engine, snapshot, options, count)
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
-    _reserve(rows, host, plan)
+    reserve_gpus(rows, host, plan)
     for row in rows:
         key = row.engine_api_key()
         row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
@@ -317,7 +317,7 @@ def deployment_stop(
     A replica already `stopping` gets its stop task sent again: pressing Stop again is how a
     user gets a stop whose message was lost (Redis down) moving without waiting for the
     sweeper; the stop task is a no-op once the row has ended."""
-    _require(user, Role.OPERATOR)
+    require_role(user, Role.OPERATOR)
     rows = list(deployment.group().select_for_update().order_by("pk"))
     first = rows[0]
     live = [r for r in rows if r.status not in (Status.STOPPED, Status.FAILED)]
