@@ -133,6 +133,7 @@ def plan_panel(
         "reason": result.reason if chosen is result.plans[0] else "",
         "clip_offer": clip_offer(result),
         "notice": target_notice(target),
+        "model_notes": "; ".join(planning.model_notes(spec)),
     }
     if chosen is None:
         payload["error"] = f"{target.label} has no free GPU to plan on."

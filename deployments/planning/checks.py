@@ -60,7 +60,8 @@ def _divide(numerator: int, denominator: int) -> str | None:
 
 def _quant_alignment(spec: ModelSpec, tp: int, s: Settings) -> str | None:
     q = s.quant
-    if q is None or q.group_size <= 0 or tp == 1:
+    # MXFP4 experts are padded to the kernel's tile (quant.moe_alignment), never refused
+    if q is None or q.group_size <= 0 or tp == 1 or q.experts_only:
         return None
     inputs = [spec.num_heads // tp * spec.head_dim, spec.intermediate_size // tp]
     if spec.moe is not None:

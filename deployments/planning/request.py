@@ -94,6 +94,7 @@ class Settings:
     gpu_memory_utilization: float
     block_size: int
     enforce_eager: bool
+    moe_align: tuple[int, int] = (1, 1)  # MXFP4 expert padding of the kernel vLLM picks here
 
 
 def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: str) -> Settings:
@@ -102,12 +103,17 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
     dtype = _model_dtype(spec, req.dtype)
     tokens, seqs = default_batching(profile, gpu_total_bytes, gpu_name)
     gmu = req.gpu_memory_utilization or profile.default_gpu_memory_utilization
+    quant = _quant(spec, req.quantization)
+    kv_dtype = req.kv_cache_dtype
+    if kv_dtype == "auto" and quant is not None and quant.kv_cache_dtype:
+        kv_dtype = quant.kv_cache_dtype  # vLLM's resolve_kv_cache_dtype_string (modelopt)
+    blackwell = quant_mod.is_blackwell(gpu_name, gpu_total_bytes)
     return Settings(
         profile=profile,
         dtype=dtype,
         dtype_bytes=dtype_bytes(dtype),
-        quant=_quant(spec, req.quantization),
-        kv_element_bytes=kv_element_bytes(req.kv_cache_dtype, dtype_bytes(dtype)),
+        quant=quant,
+        kv_element_bytes=kv_element_bytes(kv_dtype, dtype_bytes(dtype)),
         max_model_len=req.max_model_len or spec.derived_max_model_len,
         max_model_len_given=req.max_model_len is not None,
         max_num_seqs=req.max_num_seqs or seqs,
@@ -115,6 +121,7 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
         gpu_memory_utilization=gmu,
         block_size=req.block_size or 16,
         enforce_eager=req.enforce_eager,
+        moe_align=quant_mod.moe_alignment(quant, profile.version, blackwell),
     )
 
 

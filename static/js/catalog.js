@@ -215,6 +215,7 @@
     drawBanner("plan-error", payload.error);
     drawBanner("plan-notice", payload.notice);
     drawBanner("plan-reason", payload.reason);
+    drawBanner("plan-model-notes", payload.model_notes);
     drawClipOffer(payload.clip_offer);
     if (payload.target) {
       text("plan-target", payload.target.label);
