@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from . import quant as quant_mod
 from .errors import PlanningError
 from .kvcache import kv_element_bytes
-from .quant import QuantSpec
+from .quantspec import QuantSpec
 from .spec import ModelSpec
 from .units import canonical_dtype, dtype_bytes
 from .versions import DEFAULT_VLLM_VERSION, VersionProfile, default_batching, profile_for

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .quant import QuantSpec
+from .quantspec import QuantSpec
 from .spec import MlaSpec, ModelSpec, MoeSpec
 
 EXPERT_BIAS = frozenset({"gpt_oss"})  # models whose routed experts carry biases
