@@ -133,12 +133,12 @@ def plan_panel(
         "reason": result.reason if chosen is result.plans[0] else "",
         "clip_offer": clip_offer(result),
         "notice": target_notice(target),
-        "model_notes": "; ".join(planning.model_notes(spec)),
     }
     if chosen is None:
         payload["error"] = f"{target.label} has no free GPU to plan on."
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
+        payload["plan"]["format_notes"] = list(planning.format_notes(spec))
         payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)

@@ -8,7 +8,7 @@ from typing import Any
 
 from . import modelopt
 from .errors import ModelSpecError
-from .quantspec import QuantSpec
+from .quantspec import QuantSpec as QuantSpec
 
 INT_METHODS = frozenset({"awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq"})
 FP8_METHODS = frozenset({"fp8", "fbgemm_fp8", "fp8_per_tensor", "fp8_per_channel", "fp8_per_block"})

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from . import quant as quant_mod
 from .errors import PlanningError
 from .kvcache import kv_element_bytes
-from .quantspec import QuantSpec
+from .quant import QuantSpec
 from .spec import ModelSpec
 from .units import canonical_dtype, dtype_bytes
 from .versions import DEFAULT_VLLM_VERSION, VersionProfile, default_batching, profile_for
@@ -86,6 +86,7 @@ class Settings:
     dtype: str
     dtype_bytes: int
     quant: QuantSpec | None
+    moe_align: tuple[int, int]  # MXFP4 expert padding of the kernel vLLM picks on this GPU
     kv_element_bytes: int
     max_model_len: int
     max_model_len_given: bool
@@ -94,7 +95,6 @@ class Settings:
     gpu_memory_utilization: float
     block_size: int
     enforce_eager: bool
-    moe_align: tuple[int, int] = (1, 1)  # MXFP4 expert padding of the kernel vLLM picks here
 
 
 def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: str) -> Settings:
@@ -113,6 +113,7 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
         dtype=dtype,
         dtype_bytes=dtype_bytes(dtype),
         quant=quant,
+        moe_align=quant_mod.moe_alignment(quant, profile.version, blackwell),
         kv_element_bytes=kv_element_bytes(kv_dtype, dtype_bytes(dtype)),
         max_model_len=req.max_model_len or spec.derived_max_model_len,
         max_model_len_given=req.max_model_len is not None,
@@ -121,7 +122,6 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
         gpu_memory_utilization=gmu,
         block_size=req.block_size or 16,
         enforce_eager=req.enforce_eager,
-        moe_align=quant_mod.moe_alignment(quant, profile.version, blackwell),
     )
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from . import config_fields as cf
 from . import quant as quant_mod
 from .errors import ModelSpecError
-from .quantspec import QuantSpec
+from .quant import QuantSpec
 from .units import canonical_dtype
 from .vision import vision_parameters
 

@@ -11,7 +11,7 @@ from deployments.planning import (
     ModelSpec,
     PlanRequest,
     estimate_layout,
-    model_notes,
+    format_notes,
     with_hf_quant_config,
 )
 
@@ -119,7 +119,7 @@ def test_nvfp4_kv_cache_is_fp8_unless_asked_otherwise():
 def test_modelopt_in_config_json_keeps_excluded_attention_in_16_bits():
     spec = spec_of("nvidia--Gemma-4-31B-IT-NVFP4")
     assert spec.quant is not None and not spec.quant.attention_quantized
-    assert model_notes(spec)[0].startswith("NVFP4 weights, bf16 attention")
+    assert format_notes(spec)[0].startswith("NVFP4 weights, bf16 attention")
 
 
 @pytest.mark.parametrize(
@@ -178,5 +178,5 @@ def test_qwen3_vl_8b_weights_are_the_checkpoints():
         ("Qwen--Qwen3-VL-8B-Instruct", "vision encoder: 576 M parameters"),
     ],
 )
-def test_model_notes(name, note):
-    assert any(note in line for line in model_notes(spec_of(name)))
+def test_format_notes(name, note):
+    assert any(note in line for line in format_notes(spec_of(name)))

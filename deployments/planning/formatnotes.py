@@ -1,5 +1,6 @@
-"""One line per way a model is sized unlike a dense 16-bit transformer of the same size, for
-the plan panel: an operator sees why its numbers differ. One function per family; add rows."""
+"""One line per way a model's weights are stored unlike a dense 16-bit transformer of the same
+size (quantized formats, vision encoders), for the plan panel: an operator sees why the numbers
+differ. Pure; the KV-cache side is notes.py."""
 
 from __future__ import annotations
 
@@ -34,6 +35,6 @@ def _vision_note(spec: ModelSpec) -> str:
 NOTES: tuple[Callable[[ModelSpec], str], ...] = (_quant_note, _vision_note)
 
 
-def model_notes(spec: ModelSpec) -> tuple[str, ...]:
-    """What sets this model's memory apart; empty for a plain dense transformer."""
+def format_notes(spec: ModelSpec) -> tuple[str, ...]:
+    """What sets this model's weights apart; empty for a plain 16-bit transformer."""
     return tuple(note for rule in NOTES if (note := rule(spec)))
