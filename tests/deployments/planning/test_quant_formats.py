@@ -180,3 +180,9 @@ def test_qwen3_vl_8b_weights_are_the_checkpoints():
 )
 def test_format_notes(name, note):
     assert any(note in line for line in format_notes(spec_of(name)))
+
+
+def test_config_json_quantization_wins_over_hf_quant_config():
+    cfg = {"quantization_config": {"quant_method": "fp8"}}
+    merged = with_hf_quant_config(cfg, {"producer": {"name": "modelopt"}})
+    assert merged["quantization_config"] == {"quant_method": "fp8"}
