@@ -18,6 +18,25 @@ def vision_parameters(config: Mapping[str, Any], text_hidden: int) -> int:
     return _generic_vit(vc, text_hidden)
 
 
+# Qwen2.5-VL's max_pixels 12845056 over 28×28 pixels per token, Qwen3-VL's longest_edge 16777216
+# over 32×32: the processors' defaults (preprocessor_config.json), not in config.json
+QWEN_VL_MAX_IMAGE_TOKENS = 16384
+
+
+def vision_embeds(config: Mapping[str, Any], text_hidden: int) -> tuple[int, int]:
+    """(embeddings of the largest image, width of each) that vLLM's profile run holds in its
+    encoder cache; (0, 0) for a text-only model."""
+    vc = config.get("vision_config")
+    if not isinstance(vc, Mapping):
+        return 0, 0
+    if "out_hidden_size" in vc and "depth" in vc:
+        stacks = 1 + len(vc.get("deepstack_visual_indexes") or ())  # Qwen3-VL's extra levels
+        return QWEN_VL_MAX_IMAGE_TOKENS, int(vc["out_hidden_size"]) * stacks
+    patch = int(vc.get("patch_size") or 14)
+    side = int(vc.get("image_size") or 336) // max(patch, 1)
+    return side * side, text_hidden
+
+
 def _qwen_vl(vc: Mapping[str, Any]) -> int:
     """Qwen2.5-VL / Qwen3-VL: Conv3d patch embed, ViT blocks, a 2×2 merger (and deepstack)."""
     hidden = int(vc.get("hidden_size") or vc.get("embed_dim") or 0)

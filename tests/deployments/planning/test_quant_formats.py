@@ -186,3 +186,22 @@ def test_config_json_quantization_wins_over_hf_quant_config():
     cfg = {"quantization_config": {"quant_method": "fp8"}}
     merged = with_hf_quant_config(cfg, {"producer": {"name": "modelopt"}})
     assert merged["quantization_config"] == {"quant_method": "fp8"}
+
+
+def test_qwen3_vl_profile_holds_the_largest_images_embeddings():
+    # one 16,384-token image (the encoder budget is max(8192 batched tokens, 16384)), each
+    # embedding 4096 wide at four levels (the merger plus three deepstack mergers), in bf16
+    vl = config("Qwen--Qwen3-VL-8B-Instruct")
+    text_only = {k: v for k, v in vl.items() if k != "vision_config"}
+    with_vision = estimate_layout(
+        ModelSpec.from_config(vl), PlanRequest(max_model_len=8192), tp=1, pp=1, gpu_total_bytes=H100
+    )
+    without = estimate_layout(
+        ModelSpec.from_config(text_only),
+        PlanRequest(max_model_len=8192),
+        tp=1,
+        pp=1,
+        gpu_total_bytes=H100,
+    )
+    extra = with_vision.per_gpu[0].activation_bytes - without.per_gpu[0].activation_bytes
+    assert extra == 16384 * 4096 * 4 * 2
