@@ -61,7 +61,10 @@ def is_blackwell(gpu_name: str, gpu_total_bytes: int) -> bool:
 
 def unknown(method: str, qc: Mapping[str, Any]) -> QuantSpec:
     """Best estimate for a method the planner does not know, with the warning that says so."""
-    bits = _int_or(qc.get("bits", qc.get("num_bits", qc.get("w_bit"))), _bits_from_name(method))
+    bits = _int_or(
+        qc.get("bits", qc.get("num_bits", qc.get("nbits", qc.get("w_bit")))),
+        _bits_from_name(method),
+    )
     group = _int_or(qc.get("group_size", qc.get("q_group_size")), 128)
     warning = (
         f"unknown quantization method {method!r}: weights estimated at {bits} bits with a "

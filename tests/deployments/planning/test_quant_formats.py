@@ -125,7 +125,7 @@ def test_modelopt_in_config_json_keeps_excluded_attention_in_16_bits():
 @pytest.mark.parametrize(
     ("qc", "bits"),
     [
-        ({"quant_method": "hqq", "nbits": 4}, 4),
+        ({"quant_method": "hqq", "nbits": 2}, 2),
         ({"quant_method": "quark_int8"}, 8),
         ({"quant_method": "something-new", "bits": 3, "group_size": 64}, 3),
     ],
