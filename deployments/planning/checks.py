@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .registry import removed_error
 from .request import Settings
 from .spec import ModelSpec
 
@@ -10,6 +11,9 @@ LONG_LEN_HINT = "To allow overriding this maximum, set the env var VLLM_ALLOW_LO
 
 def layout_errors(spec: ModelSpec, tp: int, pp: int, s: Settings) -> list[str]:
     """vLLM's own messages for a TP × PP layout that cannot start; empty when none apply."""
+    removed = removed_error(spec.architectures, s.profile.version)
+    if removed:
+        return [removed]  # the model registry refuses before any config check
     errors = _config_errors(spec, tp, pp, s)
     if errors:
         return errors

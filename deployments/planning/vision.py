@@ -63,6 +63,7 @@ def _generic_vit(vc: Mapping[str, Any], text_hidden: int) -> int:
     if "embed_dim" in vc and "hidden_size" in vc:  # Qwen2-VL: hidden_size is the merger output
         hidden = int(vc["embed_dim"])
     layers = int(vc.get("num_hidden_layers") or vc.get("depth") or vc.get("layers") or 0)
+    layers += int(vc.get("num_global_layers") or 0)  # Mllama's gated global encoder
     if hidden <= 0 or layers <= 0:
         return 0
     inter = int(vc.get("intermediate_size") or float(vc.get("mlp_ratio", 4.0)) * hidden)

@@ -205,3 +205,38 @@ def test_qwen3_vl_profile_holds_the_largest_images_embeddings():
     )
     extra = with_vision.per_gpu[0].activation_bytes - without.per_gpu[0].activation_bytes
     assert extra == 16384 * 4096 * 4 * 2
+
+
+MLLAMA = {
+    "architectures": ["MllamaForConditionalGeneration"],
+    "model_type": "mllama",
+    "text_config": {
+        "model_type": "mllama_text_model",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "num_hidden_layers": 40,
+        "vocab_size": 128256,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    },
+    "vision_config": {
+        "hidden_size": 1280,
+        "intermediate_size": 5120,
+        "num_hidden_layers": 32,
+        "num_global_layers": 8,
+        "image_size": 560,
+        "patch_size": 14,
+    },
+}
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.10.2", False), ("0.33.0", True)])
+def test_llama_32_vision_is_gone_after_vllm_0_10_2(version, refused):
+    spec = ModelSpec.from_config(MLLAMA)
+    request = PlanRequest(max_model_len=8192, vllm_version=version)
+    result = estimate_layout(spec, request, tp=1, pp=1, gpu_total_bytes=H100)
+    removed = "MllamaForConditionalGeneration was supported in vLLM until v0.10.2"
+    assert any(removed in r for r in result.reasons) is refused
+    assert 40 * (4 * 1280**2 + 2 * 1280 * 5120) < spec.vision_parameters  # 32 + 8 global
