@@ -15,7 +15,19 @@ def vision_parameters(config: Mapping[str, Any], text_hidden: int) -> int:
         return 0
     if "out_hidden_size" in vc and "depth" in vc:
         return _qwen_vl(vc)
+    if vc.get("model_type") == "gemma4_vision":
+        return _gemma4(vc, text_hidden)
     return _generic_vit(vc, text_hidden)
+
+
+# Towers vLLM builds with Transformers' AutoModel and plain (replicated) linears
+# (models/gemma4_mm.py, transformers/utils.recursive_replace_linear): every TP rank holds all.
+REPLICATED_TOWERS = frozenset({"Gemma4ForConditionalGeneration"})
+
+
+def tower_split_by_tp(architectures: tuple[str, ...]) -> bool:
+    """Whether the vision tower's linear layers are tensor-parallel (vLLM's own encoders)."""
+    return not REPLICATED_TOWERS.intersection(architectures)
 
 
 # Qwen2.5-VL's max_pixels 12845056 over 28×28 pixels per token, Qwen3-VL's longest_edge 16777216
@@ -29,12 +41,30 @@ def vision_embeds(config: Mapping[str, Any], text_hidden: int) -> tuple[int, int
     vc = config.get("vision_config")
     if not isinstance(vc, Mapping):
         return 0, 0
+    if config.get("vision_soft_tokens_per_image") or config.get("mm_tokens_per_image"):
+        # Gemma 3/4: each image is pooled to a fixed number of soft tokens
+        per_image = config.get("vision_soft_tokens_per_image") or config["mm_tokens_per_image"]
+        return int(per_image), text_hidden
     if "out_hidden_size" in vc and "depth" in vc:
         stacks = 1 + len(vc.get("deepstack_visual_indexes") or ())  # Qwen3-VL's extra levels
         return QWEN_VL_MAX_IMAGE_TOKENS, int(vc["out_hidden_size"]) * stacks
     patch = int(vc.get("patch_size") or 14)
     side = int(vc.get("image_size") or 336) // max(patch, 1)
     return side * side, text_hidden
+
+
+def _gemma4(vc: Mapping[str, Any], text_hidden: int) -> int:
+    """Gemma 4: a 2-D position table, a linear patch projection, gated-MLP blocks with four
+    norms and q/k norms, and embed_vision's projection to the text width."""
+    hidden, inter = (
+        int(vc["hidden_size"]),
+        int(vc.get("intermediate_size") or 4 * vc["hidden_size"]),
+    )
+    layers, patch = int(vc.get("num_hidden_layers") or 0), int(vc.get("patch_size") or 16)
+    head_dim = int(vc.get("head_dim") or hidden // int(vc.get("num_attention_heads") or 1))
+    positions = 2 * int(vc.get("position_embedding_size") or 0) * hidden
+    block = 4 * hidden * hidden + 3 * hidden * inter + 2 * head_dim + 4 * hidden
+    return positions + 3 * patch * patch * hidden + layers * block + hidden * text_hidden
 
 
 def _qwen_vl(vc: Mapping[str, Any]) -> int:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from .quantspec import QuantSpec
 from .spec import MlaSpec, ModelSpec, MoeSpec
+from .vision import tower_split_by_tp
 
 EXPERT_BIAS = frozenset({"gpt_oss"})  # models whose routed experts carry biases
 
@@ -67,8 +68,10 @@ def rank_weights_bytes(spec: ModelSpec, shard: Shard) -> int:
     if shard.is_last:
         total += _norm_bytes(spec, shard)
     rope = spec.rope_cache_len * spec.rotary_dim * shard.dtype_bytes * spec.rope_caches
-    # the encoder's linear layers are tensor-parallel too (mm_encoder_tp_mode "weights")
-    return total + rope + spec.vision_parameters * shard.dtype_bytes // shard.tp
+    # vLLM's own encoders are tensor-parallel too (mm_encoder_tp_mode "weights")
+    vision = spec.vision_parameters * shard.dtype_bytes
+    split = tower_split_by_tp(spec.architectures)
+    return total + rope + (vision // shard.tp if split else vision)
 
 
 def _vocab_bytes(spec: ModelSpec, shard: Shard) -> int:

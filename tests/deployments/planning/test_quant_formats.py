@@ -3,6 +3,7 @@ NVFP4, unknown methods; configs of real checkpoints in fixtures/configs (copied 
 ../shared/planner-cases/configs). Figures worked out from vLLM 0.33's source by hand."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from deployments.planning import (
     format_notes,
     with_hf_quant_config,
 )
+from deployments.planning.weights import Shard, rank_weights_bytes
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 GIB = 1 << 30
@@ -155,13 +157,29 @@ def test_unknown_modelopt_algo_is_a_warning():
 @pytest.mark.parametrize(
     ("name", "low", "high"),
     [
-        # 27 blocks of width 1152 (MLP 4304) and four 4608-wide mergers (one plus deepstack)
-        ("Qwen--Qwen3-VL-8B-Instruct", 570e6, 582e6),
-        ("Qwen--Qwen3-VL-30B-A3B-Instruct", 530e6, 545e6),
+        # Transformers' Qwen3VLVisionModel on the meta device: 576,388,336 and 538,631,408
+        ("Qwen--Qwen3-VL-8B-Instruct", 576.38e6, 576.40e6),
+        ("Qwen--Qwen3-VL-30B-A3B-Instruct", 538.62e6, 538.64e6),
     ],
 )
 def test_qwen3_vl_vision_tower(name, low, high):
     assert low <= spec_of(name).vision_parameters <= high
+
+
+@pytest.mark.parametrize(
+    ("name", "text_hidden"),
+    [("google--gemma-4-26B-A4B", 2816), ("nvidia--Gemma-4-31B-IT-NVFP4", 5376)],
+)
+def test_gemma4_vision_tower_is_counted_and_replicated(name, text_hidden):
+    # Transformers' Gemma4VisionModel on the meta device counts 569,548,080 parameters; vLLM
+    # adds embed_vision's projection to the text width and keeps the tower whole on every rank
+    spec = spec_of(name)
+    assert spec.vision_parameters == 569_548_080 + 1152 * text_hidden
+    assert spec.vision_embeds == (280, text_hidden)  # vision_soft_tokens_per_image
+    one, two = (rank_weights_bytes(spec, Shard(tp, 1, 0, 2, None)) for tp in (1, 2))
+    text_only = rank_weights_bytes(replace(spec, vision_parameters=0), Shard(1, 1, 0, 2, None))
+    text_two = rank_weights_bytes(replace(spec, vision_parameters=0), Shard(2, 1, 0, 2, None))
+    assert one - text_only == two - text_two == spec.vision_parameters * 2
 
 
 def test_qwen3_vl_8b_weights_are_the_checkpoints():
