@@ -24,6 +24,7 @@ VISION_MARKERS = (
     "mm_projector",
     "image_newline",
     "vision_embed",
+    "embed_vision",
 )
 
 
