@@ -40,23 +40,32 @@ def from_config(qc: Mapping[str, Any]) -> QuantSpec:
 TRITON_MXFP4_ON_HOPPER_FROM = (0, 33, 0)
 
 
+# Ampere/Ada parts (SM80-89): below the OAI Triton kernel's SM90, so MXFP4 runs on Marlin
+PRE_HOPPER_NAMES = ("a100", "a800", "a10", "a30", "a40", "a6000", "l40", "l4", "l20", "rtx", "3090")
+
+
 def moe_alignment(
-    quant: QuantSpec | None, version: tuple[int, int, int], blackwell: bool
+    quant: QuantSpec | None, version: tuple[int, int, int], generation: str
 ) -> tuple[int, int]:
     """(hidden, per-rank intermediate) multiples vLLM pads MXFP4 experts to for its kernel."""
     if quant is None or quant.method != "mxfp4":
         return 1, 1
-    if not blackwell and version >= TRITON_MXFP4_ON_HOPPER_FROM:
+    if generation == "hopper" and version >= TRITON_MXFP4_ON_HOPPER_FROM:
         return 1, 64
     return 256, 128
 
 
-def is_blackwell(gpu_name: str, gpu_total_bytes: int) -> bool:
-    """SM100-class GPUs: named so, or with more memory than any Hopper part (141 GiB)."""
+def gpu_generation(gpu_name: str, gpu_total_bytes: int) -> str:
+    """``blackwell`` (named so, or more memory than any Hopper part's 141 GiB), ``ampere`` (an
+    Ampere/Ada name) or ``hopper`` (the default: H100/H200 and unnamed what-if GPUs)."""
     name = gpu_name.lower()
-    return any(m in name for m in ("b200", "b300", "gb200", "blackwell")) or (
+    if any(m in name for m in ("b200", "b300", "gb200", "blackwell")) or (
         gpu_total_bytes >= 160 << 30
-    )
+    ):
+        return "blackwell"
+    if any(m in name for m in PRE_HOPPER_NAMES):
+        return "ampere"
+    return "hopper"
 
 
 def unknown(method: str, qc: Mapping[str, Any]) -> QuantSpec:

@@ -107,13 +107,13 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
     kv_dtype = req.kv_cache_dtype
     if kv_dtype == "auto" and quant is not None and quant.kv_cache_dtype:
         kv_dtype = quant.kv_cache_dtype  # vLLM's resolve_kv_cache_dtype_string (modelopt)
-    blackwell = quant_mod.is_blackwell(gpu_name, gpu_total_bytes)
+    generation = quant_mod.gpu_generation(gpu_name, gpu_total_bytes)
     return Settings(
         profile=profile,
         dtype=dtype,
         dtype_bytes=dtype_bytes(dtype),
         quant=quant,
-        moe_align=quant_mod.moe_alignment(quant, profile.version, blackwell),
+        moe_align=quant_mod.moe_alignment(quant, profile.version, generation),
         kv_element_bytes=kv_element_bytes(kv_dtype, dtype_bytes(dtype)),
         max_model_len=req.max_model_len or spec.derived_max_model_len,
         max_model_len_given=req.max_model_len is not None,

@@ -73,6 +73,11 @@ def test_mxfp4_weights_follow_the_kernels_padding(name, tp, version, gpu, low, h
     assert low <= weights_gib(name, tp=tp, version=version, gpu=gpu) <= high
 
 
+def test_mxfp4_on_ampere_is_marlin_at_every_version():
+    a100 = weights_gib("openai--gpt-oss-20b", gpu=H100, gpu_name="NVIDIA A100-SXM4-80GB")
+    assert 13.6 <= a100 <= 13.8
+
+
 def test_mxfp4_padding_is_the_difference_between_kernels():
     padded = layout("openai--gpt-oss-20b", version="0.19.0").per_gpu[0].weights_bytes
     triton = layout("openai--gpt-oss-20b").per_gpu[0].weights_bytes
