@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from deployments.planning import SafetensorsSummary
+from deployments.planning import SafetensorsSummary, with_hf_quant_config
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # the largest real config.json is a few hundred KiB
@@ -24,6 +24,7 @@ VISION_MARKERS = (
     "mm_projector",
     "image_newline",
     "vision_embed",
+    "embed_vision",
 )
 
 
@@ -36,6 +37,9 @@ def read_model_folder(folder: Path) -> tuple[dict[str, Any], SafetensorsSummary 
     if not folder.is_dir():
         raise ModelFilesError(f"{folder}: no such model folder")
     config = read_config(folder / "config.json")
+    hf_quant = folder / "hf_quant_config.json"
+    if hf_quant.is_file():
+        config = with_hf_quant_config(config, _read_json(hf_quant))
     return config, read_safetensors_summary(folder)
 
 

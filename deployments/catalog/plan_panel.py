@@ -138,6 +138,7 @@ def plan_panel(
         payload["error"] = f"{target.label} has no free GPU to plan on."
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
+        payload["plan"]["format_notes"] = list(planning.format_notes(spec))
         payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)

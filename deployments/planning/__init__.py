@@ -16,6 +16,8 @@ values in. The entry points, each documented where it is defined:
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
   with a load stated (``PlanRequest.concurrency``, ``sizes_share``) the utilization is sized.
+- ``format_notes``: how a model's weights are stored unlike a dense 16-bit transformer.
+- ``with_hf_quant_config``: config.json with a ModelOpt checkpoint's hf_quant_config.json.
 - ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
   ``InventorySpecError`` are its kinds.
 
@@ -23,10 +25,12 @@ values in. The entry points, each documented where it is defined:
 """
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
+from .formatnotes import format_notes
 from .inventory import Gpu, Host, Inventory, parse_gpus
 from .kvcache import kv_bytes_per_token
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
 from .plans import GpuRef, Plan, PlanResult
+from .quant import with_hf_quant_config
 from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
 from .result import plan_details, plan_to_json, result_to_json
 from .search import plan
@@ -74,6 +78,7 @@ __all__ = [
     "SafetensorsSummary",
     "Settings",
     "estimate_layout",
+    "format_notes",
     "kv_bytes_per_token",
     "parse_gpus",
     "plan",
@@ -82,4 +87,5 @@ __all__ = [
     "result_to_json",
     "share_lines",
     "sizes_share",
+    "with_hf_quant_config",
 ]

@@ -62,10 +62,23 @@ def _persistent_bytes(spec: ModelSpec, shard: Shard, s: Settings) -> int:
     total = 2 * tokens * spec.hidden_size * b
     if spec.moe is not None:
         total += _moe_workspace_bytes(spec.moe, spec, shard, s, tokens)
+    total += _encoder_cache_bytes(spec, s)
     if spec.mla is not None:
         chunk = min(max(8 * s.max_model_len, 4 * s.max_num_seqs * s.block_size), 128 * 1024)
         total += max(chunk, 2048) * spec.mla.latent_size * b
     return total
+
+
+def _encoder_cache_bytes(spec: ModelSpec, s: Settings) -> int:
+    """Multimodal models: the profile run first encodes as many largest images as the encoder
+    budget (max(max_num_batched_tokens, one image's tokens)) holds and keeps their embeddings
+    in the encoder cache through the decoder's dummy run (gpu_model_runner.profile_run,
+    encoder_cache_manager.compute_mm_encoder_budget)."""
+    tokens, width = spec.vision_embeds
+    if not tokens:
+        return 0
+    items = max(1, max(s.max_num_batched_tokens, tokens) // tokens)
+    return items * tokens * width * s.dtype_bytes
 
 
 def _moe_workspace_bytes(

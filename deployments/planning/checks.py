@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .registry import removed_error
 from .request import Settings
 from .spec import ModelSpec
 
@@ -10,6 +11,9 @@ LONG_LEN_HINT = "To allow overriding this maximum, set the env var VLLM_ALLOW_LO
 
 def layout_errors(spec: ModelSpec, tp: int, pp: int, s: Settings) -> list[str]:
     """vLLM's own messages for a TP × PP layout that cannot start; empty when none apply."""
+    removed = removed_error(spec.architectures, s.profile.version)
+    if removed:
+        return [removed]  # the model registry refuses before any config check
     errors = _config_errors(spec, tp, pp, s)
     if errors:
         return errors
@@ -60,7 +64,8 @@ def _divide(numerator: int, denominator: int) -> str | None:
 
 def _quant_alignment(spec: ModelSpec, tp: int, s: Settings) -> str | None:
     q = s.quant
-    if q is None or q.group_size <= 0 or tp == 1:
+    # MXFP4 experts are padded to the kernel's tile (quant.moe_alignment), never refused
+    if q is None or q.group_size <= 0 or tp == 1 or q.experts_only:
         return None
     inputs = [spec.num_heads // tp * spec.head_dim, spec.intermediate_size // tp]
     if spec.moe is not None:

@@ -89,7 +89,7 @@ def _empty(total: int, s: Settings) -> GpuMemory:
 def _rank(
     spec: ModelSpec, s: Settings, tp: int, pp: int, stage: int, total: int, nvlink: bool
 ) -> tuple[GpuMemory, StageKv]:
-    shard = Shard(tp, pp, stage, s.dtype_bytes, s.quant)
+    shard = Shard(tp, pp, stage, s.dtype_bytes, s.quant, s.moe_align)
     budget = math.ceil(total * s.gpu_memory_utilization)
     weights = rank_weights_bytes(spec, shard)
     act = activation_bytes(spec, shard, s)
@@ -107,7 +107,7 @@ def _rank(
 
 def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
     reasons: list[str] = []
-    warnings: list[str] = []
+    warnings: list[str] = [s.quant.warning] if s.quant and s.quant.warning else []
     max_len = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)

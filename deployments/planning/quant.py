@@ -4,46 +4,21 @@ to the bytes of each linear layer once vLLM has loaded it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from . import modelopt
 from .errors import ModelSpecError
+from .quantspec import QuantSpec as QuantSpec
 
 INT_METHODS = frozenset({"awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq"})
 FP8_METHODS = frozenset({"fp8", "fbgemm_fp8", "fp8_per_tensor", "fp8_per_channel", "fp8_per_block"})
 
 
-@dataclass(frozen=True, slots=True)
-class QuantSpec:
-    """How one quantized linear weight is stored per element, plus its per-group extras."""
-
-    method: str
-    weight_bits: int
-    group_size: int  # -1: one scale per output channel; 0: one per tensor
-    scale_bytes: int
-    zero_bits: int  # bits of a zero point per group (0: symmetric)
-    experts_only: bool = False  # mxfp4: only MoE experts are quantized
-    block: tuple[int, int] | None = None  # fp8 block-wise scales
-
-    def linear_bytes(self, in_features: int, out_features: int) -> int:
-        """Bytes of a quantized ``in_features × out_features`` weight with its scales/zeros."""
-        weight = in_features * out_features * self.weight_bits // 8
-        groups = self._groups(in_features, out_features)
-        return weight + groups * self.scale_bytes + groups * self.zero_bits // 8
-
-    def _groups(self, in_features: int, out_features: int) -> int:
-        if self.block is not None:
-            return -(-out_features // self.block[0]) * -(-in_features // self.block[1])
-        if self.group_size == 0:
-            return 1
-        if self.group_size < 0:
-            return out_features
-        return -(-in_features // self.group_size) * out_features
-
-
 def from_config(qc: Mapping[str, Any]) -> QuantSpec:
-    """Read a Hugging Face ``quantization_config`` dict."""
+    """Read a Hugging Face ``quantization_config`` dict (or a ModelOpt hf_quant_config.json)."""
     method = str(qc.get("quant_method", "")).lower()
+    if method.startswith("modelopt") or modelopt.is_modelopt(qc):
+        return modelopt.from_config(qc)
     if method in INT_METHODS:
         return _int_quant(method, qc)
     if method == "compressed-tensors":
@@ -53,9 +28,73 @@ def from_config(qc: Mapping[str, Any]) -> QuantSpec:
         return QuantSpec(method, 8, -1, 4, 0, block=tuple(block) if block else None)
     if method == "bitsandbytes":
         return _bitsandbytes(qc)
-    if method == "mxfp4":
-        return QuantSpec("mxfp4", 4, 32, 1, 0, experts_only=True)
-    raise ModelSpecError(f"unsupported quantization method {method!r} in quantization_config")
+    if method in ("mxfp4", "gpt_oss_mxfp4"):
+        return QuantSpec("mxfp4", 4, 32, 1, 0, experts_only=True, attention_quantized=False)
+    return unknown(method or "(none given)", qc)
+
+
+# vLLM 0.33's MXFP4 oracle (fused_moe/oracle/mxfp4.py) picks the OAI Triton kernel on Hopper,
+# which pads only the per-rank intermediate size to 64; Blackwell's FlashInfer TRT-LLM kernel
+# and Marlin pad hidden to 256 and intermediate to 128 (mxfp4_round_up_hidden_size_and_...).
+# Start-ups of earlier versions on H100 loaded ~8 % more than the checkpoint, as Marlin's does.
+TRITON_MXFP4_ON_HOPPER_FROM = (0, 33, 0)
+
+
+# Ampere/Ada parts (SM80-89): below the OAI Triton kernel's SM90, so MXFP4 runs on Marlin
+PRE_HOPPER_NAMES = ("a100", "a800", "a10", "a30", "a40", "a6000", "l40", "l4", "l20", "rtx", "3090")
+
+
+def moe_alignment(
+    quant: QuantSpec | None, version: tuple[int, int, int], generation: str
+) -> tuple[int, int]:
+    """(hidden, per-rank intermediate) multiples vLLM pads MXFP4 experts to for its kernel."""
+    if quant is None or quant.method != "mxfp4":
+        return 1, 1
+    if generation == "hopper" and version >= TRITON_MXFP4_ON_HOPPER_FROM:
+        return 1, 64
+    return 256, 128
+
+
+def gpu_generation(gpu_name: str, gpu_total_bytes: int) -> str:
+    """``blackwell`` (named so, or more memory than any Hopper part's 141 GiB), ``ampere`` (an
+    Ampere/Ada name) or ``hopper`` (the default: H100/H200 and unnamed what-if GPUs)."""
+    name = gpu_name.lower()
+    if any(m in name for m in ("b200", "b300", "gb200", "blackwell")) or (
+        gpu_total_bytes >= 160 << 30
+    ):
+        return "blackwell"
+    if any(m in name for m in PRE_HOPPER_NAMES):
+        return "ampere"
+    return "hopper"
+
+
+def unknown(method: str, qc: Mapping[str, Any]) -> QuantSpec:
+    """Best estimate for a method the planner does not know, with the warning that says so."""
+    bits = _int_or(
+        qc.get("bits", qc.get("num_bits", qc.get("nbits", qc.get("w_bit")))),
+        _bits_from_name(method),
+    )
+    group = _int_or(qc.get("group_size", qc.get("q_group_size")), 128)
+    warning = (
+        f"unknown quantization method {method!r}: weights estimated at {bits} bits with a "
+        f"16-bit scale per {group} weights; vLLM may size them differently or refuse the method"
+    )
+    return QuantSpec(method, bits, group, 2, 0, warning=warning)
+
+
+def _bits_from_name(method: str) -> int:
+    for marker, bits in (("fp4", 4), ("int4", 4), ("w4", 4), ("fp8", 8), ("int8", 8), ("w8", 8)):
+        if marker in method:
+            return bits
+    return 4  # most quantized checkpoints on the Hub are 4-bit
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return default
+    return number if 0 < number <= 1 << 20 else default
 
 
 def runtime(method: str) -> QuantSpec:
@@ -85,6 +124,9 @@ def _compressed_tensors(qc: Mapping[str, Any]) -> QuantSpec:
     group = {"tensor": 0, "channel": -1}.get(strategy, int(weights.get("group_size") or 128))
     block = weights.get("block_structure") if strategy == "block" else None
     zero = 0 if weights.get("symmetric", True) else bits
+    if weights.get("type") == "float" and bits == 4:
+        # nvfp4: an fp8 scale per 16 weights plus the fp32 global weight and input scales
+        return QuantSpec("compressed-tensors", 4, group, 1, 0, tensor_scale_bytes=8)
     scale = 4 if weights.get("type") == "float" else 2
     return QuantSpec("compressed-tensors", bits, group, scale, zero, block=_pair(block))
 
@@ -107,3 +149,14 @@ def ignored_modules(qc: Mapping[str, Any]) -> tuple[str, ...]:
     """Module names a quantized checkpoint keeps unquantized (``ignore``/``modules_to_not_convert``)."""
     names = qc.get("ignore") or qc.get("modules_to_not_convert") or ()
     return tuple(str(n) for n in names)
+
+
+def with_hf_quant_config(
+    config: Mapping[str, Any], hf_quant_config: Mapping[str, Any]
+) -> dict[str, Any]:
+    """config.json with ModelOpt's separate hf_quant_config.json as its quantization_config,
+    as vLLM's transformers_utils/config.py does when config.json has none (ModelOpt <= 0.29)."""
+    merged = dict(config)
+    if not isinstance(merged.get("quantization_config"), Mapping):
+        merged["quantization_config"] = dict(hf_quant_config)
+    return merged

@@ -86,6 +86,7 @@ class Settings:
     dtype: str
     dtype_bytes: int
     quant: QuantSpec | None
+    moe_align: tuple[int, int]  # MXFP4 expert padding of the kernel vLLM picks on this GPU
     kv_element_bytes: int
     max_model_len: int
     max_model_len_given: bool
@@ -102,12 +103,18 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
     dtype = _model_dtype(spec, req.dtype)
     tokens, seqs = default_batching(profile, gpu_total_bytes, gpu_name)
     gmu = req.gpu_memory_utilization or profile.default_gpu_memory_utilization
+    quant = _quant(spec, req.quantization)
+    kv_dtype = req.kv_cache_dtype
+    if kv_dtype == "auto" and quant is not None and quant.kv_cache_dtype:
+        kv_dtype = quant.kv_cache_dtype  # vLLM's resolve_kv_cache_dtype_string (modelopt)
+    generation = quant_mod.gpu_generation(gpu_name, gpu_total_bytes)
     return Settings(
         profile=profile,
         dtype=dtype,
         dtype_bytes=dtype_bytes(dtype),
-        quant=_quant(spec, req.quantization),
-        kv_element_bytes=kv_element_bytes(req.kv_cache_dtype, dtype_bytes(dtype)),
+        quant=quant,
+        moe_align=quant_mod.moe_alignment(quant, profile.version, generation),
+        kv_element_bytes=kv_element_bytes(kv_dtype, dtype_bytes(dtype)),
         max_model_len=req.max_model_len or spec.derived_max_model_len,
         max_model_len_given=req.max_model_len is not None,
         max_num_seqs=req.max_num_seqs or seqs,

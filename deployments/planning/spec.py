@@ -11,7 +11,7 @@ from . import quant as quant_mod
 from .errors import ModelSpecError
 from .quant import QuantSpec
 from .units import canonical_dtype
-from .vision import vision_parameters
+from .vision import vision_embeds, vision_parameters
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +86,7 @@ class ModelSpec:
     mla: MlaSpec | None = None
     quant: QuantSpec | None = None
     vision_parameters: int = 0
+    vision_embeds: tuple[int, int] = (0, 0)  # (tokens of the largest image, embedding width)
     architectures: tuple[str, ...] = ()
 
     @classmethod
@@ -213,6 +214,7 @@ def _with_extras(
         mla=mla,
         quant=quant_mod.from_config(qc) if isinstance(qc, Mapping) else None,
         vision_parameters=vision,
+        vision_embeds=vision_embeds(config, spec.hidden_size),
         rotary_dim=rotary,
         rope_cache_len=cf.rope_cache_len(text),
         rope_caches=2 if spec.model_type in ("gemma3", "gemma3_text") else 1,

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .quant import QuantSpec
+from .quantspec import QuantSpec
 from .spec import MlaSpec, ModelSpec, MoeSpec
+from .vision import tower_split_by_tp
+
+EXPERT_BIAS = frozenset({"gpt_oss"})  # models whose routed experts carry biases
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +20,7 @@ class Shard:
     pp_rank: int
     dtype_bytes: int
     quant: QuantSpec | None
+    moe_align: tuple[int, int] = (1, 1)  # kernel padding of (hidden, intermediate) in experts
 
     @property
     def is_first(self) -> bool:
@@ -28,10 +32,16 @@ class Shard:
         """Last pipeline stage: holds the final norm, LM head and sampler."""
         return self.pp_rank == self.pp - 1
 
-    def linear(self, in_features: int, out_features: int, *, expert: bool = False) -> int:
+    def linear(
+        self, in_features: int, out_features: int, *, expert: bool = False, attention: bool = False
+    ) -> int:
         """Bytes of one linear weight as stored on this rank."""
         q = self.quant
-        if q is None or (q.experts_only and not expert):
+        if (
+            q is None
+            or (q.experts_only and not expert)
+            or (attention and not q.attention_quantized)
+        ):
             return in_features * out_features * self.dtype_bytes
         return q.linear_bytes(in_features, out_features)
 
@@ -58,7 +68,10 @@ def rank_weights_bytes(spec: ModelSpec, shard: Shard) -> int:
     if shard.is_last:
         total += _norm_bytes(spec, shard)
     rope = spec.rope_cache_len * spec.rotary_dim * shard.dtype_bytes * spec.rope_caches
-    return total + rope + spec.vision_parameters * shard.dtype_bytes
+    # vLLM's own encoders are tensor-parallel too (mm_encoder_tp_mode "weights")
+    vision = spec.vision_parameters * shard.dtype_bytes
+    split = tower_split_by_tp(spec.architectures)
+    return total + rope + (vision // shard.tp if split else vision)
 
 
 def _vocab_bytes(spec: ModelSpec, shard: Shard) -> int:
@@ -88,7 +101,8 @@ def _attention_bytes(spec: ModelSpec, shard: Shard) -> int:
     h, d, b = spec.hidden_size, spec.head_dim, shard.dtype_bytes
     q_heads = spec.num_heads // shard.tp
     qkv_out = (q_heads + 2 * kv_heads_per_rank(spec, shard.tp)) * d
-    total = shard.linear(h, qkv_out) + shard.linear(q_heads * d, h)
+    qkv = shard.linear(h, qkv_out, attention=True)
+    total = qkv + shard.linear(q_heads * d, h, attention=True)
     total += qkv_out * b if spec.qkv_bias else 0
     total += h * b if spec.o_bias else 0
     return total + (2 * d * b if spec.qk_norm else 0)
@@ -99,17 +113,20 @@ def _mla_bytes(spec: ModelSpec, shard: Shard, m: MlaSpec) -> int:
     heads = spec.num_heads // shard.tp
     q_width = heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
     if m.q_lora_rank:
-        q = shard.linear(h, m.q_lora_rank) + shard.linear(m.q_lora_rank, q_width)
+        q = shard.linear(h, m.q_lora_rank, attention=True)
+        q += shard.linear(m.q_lora_rank, q_width, attention=True)
         q += m.q_lora_rank * b
     else:
-        q = shard.linear(h, q_width)
+        q = shard.linear(h, q_width, attention=True)
     kv_b_out = heads * (m.qk_nope_head_dim + m.v_head_dim)
     kv = (
-        shard.linear(h, m.latent_size) + m.kv_lora_rank * b + shard.linear(m.kv_lora_rank, kv_b_out)
+        shard.linear(h, m.latent_size, attention=True)
+        + m.kv_lora_rank * b
+        + shard.linear(m.kv_lora_rank, kv_b_out, attention=True)
     )
     # W_UK_T / W_UV: vLLM keeps 16-bit copies of kv_b_proj for the absorbed decode path
     absorbed = m.kv_lora_rank * kv_b_out * 2
-    return q + kv + absorbed + shard.linear(heads * m.v_head_dim, h)
+    return q + kv + absorbed + shard.linear(heads * m.v_head_dim, h, attention=True)
 
 
 def _dense_mlp_bytes(spec: ModelSpec, shard: Shard) -> int:
@@ -125,10 +142,24 @@ def _mlp_bytes(spec: ModelSpec, shard: Shard, inter: int, *, expert: bool) -> in
 
 def _moe_bytes(spec: ModelSpec, shard: Shard, moe: MoeSpec) -> int:
     h, b = spec.hidden_size, shard.dtype_bytes
-    expert = _mlp_bytes(spec, shard, moe.expert_intermediate_size // shard.tp, expert=True)
+    expert = _expert_bytes(spec, shard, moe.expert_intermediate_size // shard.tp)
     router = moe.num_experts * h * b + (moe.num_experts * 4 if moe.router_bias else 0)
     shared = 0
     if moe.shared_intermediate_size:
         shared = _mlp_bytes(spec, shard, moe.shared_intermediate_size // shard.tp, expert=False)
         shared += h * b if moe.shared_expert_gate else 0
     return moe.num_experts * expert + router + shared
+
+
+def _expert_bytes(spec: ModelSpec, shard: Shard, inter: int) -> int:
+    """One routed expert, padded the way the MoE kernel wants it (MXFP4), with its biases."""
+    h_align, i_align = shard.moe_align
+    h = -(-spec.hidden_size // h_align) * h_align
+    inter = -(-inter // i_align) * i_align
+    up = 2 * inter if spec.gated_mlp else inter
+    total = shard.linear(h, up, expert=True) + shard.linear(inter, h, expert=True)
+    if spec.model_type in EXPERT_BIAS:
+        # gpt-oss's w13/w2 biases; the Triton and TRT-LLM MXFP4 kernels take them in fp32
+        bias_bytes = 4 if shard.quant is not None and shard.quant.method == "mxfp4" else 2
+        total += (up + h) * bias_bytes
+    return total + ((inter + h) * shard.dtype_bytes if spec.mlp_bias else 0)

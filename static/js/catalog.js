@@ -227,6 +227,7 @@
     text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
     drawBanner("plan-tight", plan && plan.tight_text);
     drawList("plan-replicas", plan ? plan.replica_rows : [], "");
+    drawList("plan-format-notes", plan ? plan.format_notes : [], "");
     text("plan-context", plan ? plan.max_model_len + " tokens" : "—");
     text("plan-ms", payload.server_ms !== undefined ? payload.server_ms + " ms" : "—");
     for (const key of ["vllm", "docker", "kubernetes"]) {

@@ -23,6 +23,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.hf_api import ModelInfo
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from deployments import planning
 from deployments.catalog.hub import infos as infos_mod
 from deployments.catalog.hub import parse
 from deployments.catalog.hub.cache import (
@@ -75,6 +76,7 @@ _SEARCH_EXPAND = (
     "trendingScore",
 )
 _INDEX = "model.safetensors.index.json"
+_HF_QUANT = "hf_quant_config.json"
 _LIBRARY = "shardboard"
 
 
@@ -361,6 +363,10 @@ class HubClient:
             config = self._config_at(repo_id, str(info.sha), token)
         except (HubGatedError, HubEntryNotFoundError) as exc:
             config_error = exc.message
+        if config is not None and _HF_QUANT in {s.rfilename for s in info.siblings or []}:
+            # ModelOpt <= 0.29 keeps the quantization beside config.json, and vLLM reads it there
+            hf_quant, _ = self._json_file(repo_id, _HF_QUANT, str(info.sha), token)
+            config = planning.with_hf_quant_config(config, hf_quant)
         if info.safetensors is not None:
             by_dtype = dict(info.safetensors.parameters)
         else:

@@ -244,3 +244,16 @@ def test_plan_with_room_for_replicas_says_launch_starts_one(
     assert data["plan"]["launch_note"] == "Launch starts 2 replicas, each its own engine on 2 GPUs."
     assert data["plan"]["launch"]["replicas"] == "2"
     assert data["plan"]["launch"]["placement"] == "spread"
+
+
+def test_plan_panel_says_how_the_weights_are_stored(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    awq = "Qwen/Qwen2.5-7B-Instruct-AWQ"
+    response = client.get("/models/plan/", {"ref": awq, "target": "whatif", "gpus": "1x80GiB"})
+    assert response.status_code == 200
+    assert response.json()["plan"]["format_notes"] == ["4-bit weights"]
+    assert plan(client, target="whatif", gpus="1x80GiB")[1]["plan"]["format_notes"] == []
+    page = client.get(f"/models/{awq}/").content.decode()
+    assert re.search(r'id="plan-format-notes"[^>]*><li>4-bit weights</li>', page)

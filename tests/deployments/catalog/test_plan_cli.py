@@ -13,6 +13,8 @@ from deployments.catalog.plan_cli import PlanCliError, run_plan
 from tests.support.planning import LLAMA_8B
 from tests.support.processes import ROOT
 
+QUANT_CONFIGS = Path(__file__).parents[1] / "planning" / "fixtures" / "configs"
+
 PLAN_KEYS = {
     "tensor_parallel_size",
     "pipeline_parallel_size",
@@ -222,3 +224,15 @@ def test_call_command(model_dir):
     out = StringIO()
     call_command("plan", str(model_dir), gpus="1x80GiB", json=True, stdout=out)
     assert json.loads(out.getvalue())["plans"][0]["fits"] is True
+
+
+def test_local_folder_reads_hf_quant_config_beside_config_json(tmp_path):
+    name = "nvidia--Qwen3-235B-A22B-NVFP4"
+    (tmp_path / "config.json").write_text((QUANT_CONFIGS / f"{name}_config.json").read_text())
+    quant = (QUANT_CONFIGS / f"{name}_hf_quant_config.json").read_text()
+    (tmp_path / "hf_quant_config.json").write_text(quant)
+    cfg, _ = read_model_folder(tmp_path)
+    assert cfg["quantization_config"]["quantization"]["quant_algo"] == "NVFP4"
+    args = {"model": str(tmp_path), "gpus": "4x80GiB", "tp": 4, "max_model_len": 8192}
+    plan = json.loads(run_plan({**args, "json": True}))["plans"][0]
+    assert plan["fits"] and 30 << 30 <= plan["per_gpu"][0]["weights_bytes"] <= 33 << 30

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import logging
 from datetime import UTC, datetime
 
@@ -13,8 +14,10 @@ from deployments.catalog.hub import (
     HubRevisionNotFoundError,
     HubUnauthorizedError,
 )
+from deployments.planning import ModelSpec
 from tests.support.catalog import GEMMA, GRANTED, LLAMA, UNGRANTED
 from tests.support.hubstub import HubStub
+from tests.support.hubstub.repos import RepoFile
 
 QWEN = "Qwen/Qwen2.5-7B-Instruct"
 AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -151,3 +154,26 @@ def test_endpoint_from_hf_endpoint(stub: HubStub, monkeypatch: pytest.MonkeyPatc
     client = HubClient()
     assert client.endpoint == stub.url
     assert client.model_info("microsoft/phi-2").parameters == 2779683840
+
+
+def test_modelopt_hf_quant_config_is_read_beside_config_json(
+    client: HubClient, stub: HubStub
+) -> None:
+    quant = {
+        "producer": {"name": "modelopt", "version": "0.29.0"},
+        "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16},
+    }
+    content = json.dumps(quant).encode()
+    name = "hf_quant_config.json"
+    stub.repos[QWEN].files[name] = RepoFile(name, content, len(content), lfs=False)
+    card = client.model_info(QWEN)
+    assert card.config is not None
+    assert card.config["quantization_config"]["quantization"]["quant_algo"] == "NVFP4"
+    spec = ModelSpec.from_config(card.config)
+    assert spec.quant is not None and spec.quant.method == "modelopt_fp4"
+    assert stub.count(f"/{QWEN}/resolve/{card.sha}/{name}") == 1
+
+
+def test_no_hf_quant_config_no_request(client: HubClient, stub: HubStub) -> None:
+    client.model_info(QWEN)
+    assert not any(r.path.endswith("/hf_quant_config.json") for r in stub.requests)
