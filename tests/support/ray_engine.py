@@ -41,7 +41,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def placed(pg: Any) -> dict[str, str]:
     hosts = {
         node["NodeID"]: next(
-            (k.removeprefix(HOST_RESOURCE) for k in node["Resources"] if k.startswith(HOST_RESOURCE)),
+            (
+                k.removeprefix(HOST_RESOURCE)
+                for k in node["Resources"]
+                if k.startswith(HOST_RESOURCE)
+            ),
             "?",
         )
         for node in ray.nodes()
@@ -51,7 +55,7 @@ def placed(pg: Any) -> dict[str, str]:
 
 
 class RayHandler(Handler):
-    placement: dict[str, str] = {}  # noqa: RUF012 - set once before serving
+    placement: dict[str, str] = {}
 
     def do_GET(self) -> None:
         if self.path == "/ray/placement":
