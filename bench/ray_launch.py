@@ -48,7 +48,7 @@ def vllm_env(work: Path) -> Path:
 
 
 def start_worker(work: Path, name: str, n: int, vllm: Path) -> subprocess.Popen[bytes]:
-    low = 31000 + (os.getpid() % 40) * 400 + n * 200
+    low = 21000 + (os.getpid() % 25) * 400 + n * 200  # below the ephemeral ports
     env = dict(os.environ)
     env.update(
         GPU_BACKEND="simulated",

@@ -50,9 +50,12 @@ def log_dir() -> Path:
     return path
 
 
-def _bindable(address: str, ports: range) -> bool:
+def _busy_port(address: str, ports: range) -> str | None:
+    """The first of ``ports`` this host cannot bind on ``address`` and why; None: all free."""
     for port in ports:
         with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as sock:
+            # as Ray's servers bind: a closed connection's port in TIME_WAIT is free to them
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((address, port))
             except OSError as exc:
@@ -61,8 +64,8 @@ def _bindable(address: str, ports: range) -> bool:
                         f"{address} is not an address of host {settings.SHARDBOARD_HOST_NAME}: "
                         "set SHARDBOARD_RAY_NODE_ADDRESS to this host's IP on the cluster network"
                     ) from None
-                return False
-    return True
+                return f"port {port}: {exc.strerror}"
+    return None
 
 
 def _free_block(node: RayNode, address: str) -> int:
@@ -76,12 +79,17 @@ def _free_block(node: RayNode, address: str) -> int:
         blocks = commands.port_blocks(settings.SHARDBOARD_RAY_PORTS)
     except commands.PortRangeError as exc:
         raise ClusterError(str(exc)) from None
+    busy = "every block is held by another deployment's node"
     for base in blocks:
-        if base not in taken and _bindable(address, range(base, base + commands.SERVICE_PORTS)):
+        if base in taken:
+            continue
+        problem = _busy_port(address, range(base, base + commands.SERVICE_PORTS))
+        if problem is None:
             return base
+        busy = problem
     raise ClusterError(
         f"No free block of {commands.PORT_BLOCK} Ray ports on {node.host.name} in "
-        f"SHARDBOARD_RAY_PORTS={settings.SHARDBOARD_RAY_PORTS}: widen the range"
+        f"SHARDBOARD_RAY_PORTS={settings.SHARDBOARD_RAY_PORTS} (last: {busy}): widen the range"
     )
 
 

@@ -2,8 +2,9 @@
 loopback, each with its own var directory and one simulated GPU, form the deployment's own
 cluster (`ray start --head` on the lead, `ray start --address` on the other, logical GPUs);
 the test engine, started through the vLLM adapter as `vllm serve … --distributed-executor-
-backend ray`, connects to it and places one bundle per rank, as vLLM does. Stopping leaves no
-Ray or engine process on either host; a follower's Ray node that dies fails the deployment
+backend ray`, connects to it and places one bundle per rank, as vLLM does. Both host workers
+starting again keep the cluster (reconcile); stopping leaves no Ray or engine process on
+either host; a follower's Ray node that dies fails the deployment
 with that reason and frees every lease.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,8 @@ def vllm_env(tmp_path: Path) -> Path:
 
 def two_hosts(host_worker: Any, model_root: Path, tmp_path: Path) -> list[WorkerProcess]:
     vllm = vllm_env(tmp_path)
-    first_port = 30000 + (os.getpid() % 50) * 400  # parallel runs on one machine: apart
+    # parallel runs on one machine apart, below the kernel's ephemeral ports (32768-)
+    first_port = 21000 + (os.getpid() % 25) * 400
     workers = []
     for n, name in enumerate((LEAD, FOLLOWER)):
         low = first_port + n * 200
@@ -135,6 +138,22 @@ def test_a_model_over_two_hosts_runs_on_ray_and_stops_clean(
     assert argv[argv.index("--distributed-executor-backend") + 1] == "ray"
     assert d.env["RAY_ADDRESS"] == nodes[LEAD].gcs_address
     assert d.env["VLLM_HOST_IP"] == "127.0.0.1"
+
+    # Both workers start again: each keeps its live Ray node (and the lead its engine).
+    pids = {h: n.pid for h, n in nodes.items()}
+    for worker in workers:
+        worker.stop()
+    again = [host_worker(w.name, **w.extra_env) for w in workers]
+    for worker in again:
+        wait_for(lambda w=worker: "reconciled engines" in w.log(), 60)
+    assert all("'ray_nodes_adopted': 1" in w.log() for w in again), [w.log() for w in again]
+    time.sleep(3)  # a few watchdog passes
+    d.refresh_from_db()
+    assert d.status == "running", d.failure_reason
+    after = dict(RayNode.objects.filter(deployment=d).values_list("host__name", "pid"))
+    assert after == pids and set(RayNode.objects.filter(deployment=d).values_list("state")) == {
+        ("running",)
+    }
 
     deployment_stop(user=operator, deployment=d)
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60, 0.2)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.host import raywatch
+from deployments.lifecycle.forms import LaunchForm
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import Deployment, Engine, GpuLease, RayNode
 from monitoring.models import Host
@@ -82,3 +83,12 @@ def test_a_worker_host_gone_offline_breaks_the_cluster(hosts, operator, settings
         state="exited", reason="The Ray node on span-b exited (exit code 1)"
     )
     assert raywatch.problem(d) == "The Ray node on span-b exited (exit code 1)"
+
+
+def test_the_launch_form_takes_further_hosts(hosts) -> None:
+    data = {"name": "spread", "model_ref": "local:0/tiny", "host": "span-a", "engine": "vllm"}
+    data |= {"dtype": "auto", "kv_cache_dtype": "auto", "hosts": ["span-b"]}
+    form = LaunchForm(data=data)
+    assert form.is_valid(), form.errors
+    assert form.launch_request().hosts == ("span-b",)
+    assert not LaunchForm(data={**data, "hosts": ["nowhere"]}).is_valid()
