@@ -19,6 +19,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 import ray
+import stub_engine
 from ray.util.placement_group import placement_group, placement_group_table
 from stub_engine import Handler
 
@@ -26,16 +27,13 @@ HOST_RESOURCE = "shardboard_host_"
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    """stub_engine's arguments, plus the parallel sizes and the executor backend."""
+    args, rest = stub_engine.parse(argv)
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("command")
-    parser.add_argument("model")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", type=int, default=1)
     parser.add_argument("--distributed-executor-backend", default=None)
-    return parser.parse_known_args(argv)[0]
+    return parser.parse_known_args(rest, namespace=args)[0]
 
 
 def placed(pg: Any) -> dict[str, str]:
