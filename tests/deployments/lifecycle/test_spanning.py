@@ -14,6 +14,7 @@ from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.host import raywatch
 from deployments.lifecycle.forms import LaunchForm
+from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import Deployment, Engine, GpuLease, RayNode
 from monitoring.models import Host
@@ -92,3 +93,11 @@ def test_the_launch_form_takes_further_hosts(hosts) -> None:
     assert form.is_valid(), form.errors
     assert form.launch_request().hosts == ("span-b",)
     assert not LaunchForm(data={**data, "hosts": ["nowhere"]}).is_valid()
+
+
+def test_a_deployment_over_hosts_is_not_scaled(hosts, operator) -> None:
+    d = launch(operator)
+    Deployment.objects.filter(pk=d.pk).update(status="running")
+    d.refresh_from_db()
+    with pytest.raises(DeploymentError, match="spans several hosts"):
+        deployment_scale(user=operator, deployment=d, replicas=2)
