@@ -86,6 +86,18 @@ def check() -> None:
     check_lead()
 
 
+def stop_all_nodes() -> int:
+    """A worker stopping with its engines stops its Ray nodes too; the lead of each fails
+    its deployment with this reason."""
+    me = settings.SHARDBOARD_HOST_NAME
+    nodes = list(RayNode.objects.filter(host__name=me, state=State.RUNNING).select_related("host"))
+    for node in nodes:
+        reason = f"The Ray node on {me} was stopped with its host worker"
+        cluster.mark(node, State.EXITED, reason)
+        cluster.stop_local(node)
+    return len(nodes)
+
+
 def reconcile(found: dict[str, sv.FoundEngine], owner: str) -> dict[str, int]:
     """After a worker restart: keep the nodes still live and wanted, mark the vanished ones
     exited (the lead fails their deployment), stop marked nodes nobody wants."""

@@ -190,6 +190,7 @@ def _on_shutdown(**kwargs: Any) -> None:
     sweeper.stop()
     if settings.SHARDBOARD_STOP_ENGINES_ON_EXIT:
         log.info("stopped %d engine(s) on exit", stop_all_engines())
+        log.info("stopped %d Ray node(s) on exit", ray_watch.stop_all_nodes())
     logship.stop_all()
 
 
