@@ -166,6 +166,16 @@ SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
+# A model over several hosts runs on a Ray cluster of its own (deployments.host.raynodes):
+# `ray` must be the one of vLLM's environment (empty: the `ray` next to SHARDBOARD_VLLM_BIN);
+# each node takes a block of ports from this range (open it between the hosts); the node
+# advertises this host's address to the others (VLLM_HOST_IP, `ray start --node-ip-address`).
+SHARDBOARD_RAY_BIN = env.env_str("SHARDBOARD_RAY_BIN", "")
+SHARDBOARD_RAY_PORTS = env.env_str("SHARDBOARD_RAY_PORTS", "20000-20999")
+SHARDBOARD_RAY_NODE_ADDRESS = env.env_str("SHARDBOARD_RAY_NODE_ADDRESS", "127.0.0.1")
+SHARDBOARD_RAY_JOIN_TIMEOUT_S = env.env_float(
+    "SHARDBOARD_RAY_JOIN_TIMEOUT_S", 120, low=5, high=3600
+)
 # `make run` sets it: Ctrl-C ends the engines too. Off, a worker leaves them serving and
 # adopts them when it starts again (a GPU host's worker restarts without dropping requests).
 SHARDBOARD_STOP_ENGINES_ON_EXIT = env.env_bool("SHARDBOARD_STOP_ENGINES_ON_EXIT", False)

@@ -18,6 +18,7 @@ from deployments.host.dbretry import retried
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
 from deployments.host.owner import engine_owner
+from deployments.host.raynodes import cluster
 from deployments.models import Deployment, Engine, Status
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,11 @@ def log_dir() -> Path:
 
 def launch_spec(d: Deployment, port: int) -> LaunchSpec:
     plan = d.plan
-    indices = tuple(lease.gpu.index for lease in d.leases.filter(active=True).select_related("gpu"))
-    simulated = d.host.simulated
+    leases = d.leases.filter(active=True, gpu__host=d.host).select_related("gpu")
+    indices = tuple(lease.gpu.index for lease in leases)
+    multi_host = bool(plan.get("multi_host"))
+    # Over several hosts it is vLLM on Ray even on simulated GPUs (a test engine stands in).
+    simulated = d.host.simulated and not multi_host
     request = plan.get("request", {})
     return LaunchSpec(
         deployment_id=str(d.pk),
@@ -53,7 +57,9 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         kv_cache_dtype=None
         if request.get("kv_cache_dtype", "auto") == "auto"
         else request["kv_cache_dtype"],
-        multi_host=bool(plan.get("multi_host")),
+        multi_host=multi_host,
+        ray_address=cluster.head_address(d) if multi_host else None,
+        node_address=settings.SHARDBOARD_RAY_NODE_ADDRESS if multi_host else None,
         device="cpu" if simulated else "cuda",
         hf_offline=_is_local(d),
         hf_token=None if _is_local(d) else _hub_token(d),
@@ -105,6 +111,14 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     """
     if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
         return {"skipped": "ended while waiting for its turn on a shared GPU"}
+    if d.plan.get("multi_host"):
+        try:
+            cluster.form_cluster(d)
+        except cluster.ClusterError as exc:
+            transitions.fail(d, f"The Ray cluster did not form: {exc}")
+            return {"failed": str(exc)}
+        if not _still(d, Status(d.status)):
+            return {"skipped": "stopped while its Ray cluster formed"}
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
         command = get_adapter(d.engine).build(launch_spec(d, port))
@@ -206,7 +220,7 @@ def _attach_simulated(d: Deployment) -> None:
     backend = transitions.backend() if d.host.simulated else None
     if backend is None or not hasattr(backend, "attach"):
         return
-    leases = list(d.leases.filter(active=True).select_related("gpu"))
+    leases = list(d.leases.filter(active=True, gpu__host=d.host).select_related("gpu"))
     shares = {lease.gpu.index: lease.memory_bytes for lease in leases}
     try:
         backend.attach(

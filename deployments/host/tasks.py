@@ -8,6 +8,7 @@ from typing import Any
 from celery import shared_task
 
 from deployments.host import engine_control
+from deployments.host.raynodes import cluster
 from deployments.host.sweeper import run_claimed
 
 
@@ -26,3 +27,13 @@ def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
     return run_claimed(
         ("start", deployment_id), lambda: engine_control.restart(deployment_id, attempt)
     )
+
+
+@shared_task(name="deployments.ray_join", acks_late=True)
+def ray_join(node_id: int) -> dict[str, Any]:
+    return cluster.join(node_id)
+
+
+@shared_task(name="deployments.ray_leave", acks_late=True)
+def ray_leave(node_id: int) -> dict[str, Any]:
+    return cluster.leave(node_id)

@@ -3,6 +3,7 @@ its leases released in the same transaction when it ends, and the browsers told 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -10,7 +11,8 @@ from django.utils import timezone
 
 from deployments import events
 from deployments.host import diagnosis
-from deployments.models import Deployment, GpuLease, Status
+from deployments.host.raynodes import cluster
+from deployments.models import TERMINAL, Deployment, GpuLease, Status
 from monitoring.worker import current_backend
 
 
@@ -64,4 +66,7 @@ def move(
             if release_leases:
                 release(d)
             events.publish_on_commit(d)
+            if new in TERMINAL and d.plan.get("multi_host"):
+                # every caller has stopped the engine by now: the Ray nodes go next
+                transaction.on_commit(partial(cluster.teardown, d.pk))
     return moved

@@ -37,8 +37,10 @@ from deployments.host import (
     sweeper,
     transitions,
 )
+from deployments.host import raywatch as ray_watch
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
+from deployments.host.raynodes import commands as ray_commands
 from deployments.models import ACTIVE, Deployment, Status
 
 ENGINE_HOLDS_GPUS = (Status.STARTING, Status.RUNNING, Status.STOPPING)
@@ -79,6 +81,7 @@ def _log_path(d: Deployment) -> Path | None:
 
 
 def check_once() -> None:
+    ray_watch.check()  # before the engines: a lost node, not the engine it broke, is the reason
     for d in _ours().filter(status__in=[Status.STARTING, Status.RUNNING]).exclude(pid=None):
         if not _alive(d):
             health.forget(d.pk)
@@ -97,7 +100,9 @@ def _adoptable(d: Deployment, engine: sv.FoundEngine | None, owner: str) -> bool
 def reconcile() -> dict[str, int]:
     owner = engine_owner()
     found = {e.deployment_id: e for e in sv.find_engines(owner)}
+    nodes = {k: found.pop(k) for k in list(found) if ray_commands.deployment_of(k) is not None}
     counts = {"adopted": 0, "failed": 0, "orphans_stopped": 0, "restarts_resent": 0}
+    counts.update(ray_watch.reconcile(nodes, owner))
     grace_s = settings.SHARDBOARD_STOP_GRACE_S
     for d in _ours():
         if d.pid and _adoptable(d, found.get(str(d.pk)), owner):
@@ -185,6 +190,7 @@ def _on_shutdown(**kwargs: Any) -> None:
     sweeper.stop()
     if settings.SHARDBOARD_STOP_ENGINES_ON_EXIT:
         log.info("stopped %d engine(s) on exit", stop_all_engines())
+        log.info("stopped %d Ray node(s) on exit", ray_watch.stop_all_nodes())
     logship.stop_all()
 
 

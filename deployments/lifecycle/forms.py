@@ -63,6 +63,12 @@ class LaunchForm(forms.Form):
         initial="spread",
         label="Replica placement",
     )
+    hosts = forms.MultipleChoiceField(
+        choices=_host_choices,
+        required=False,
+        label="Further hosts",
+        help_text="one replica over these hosts too (pipeline stages across them, vLLM on Ray)",
+    )
     auto_restart = forms.ChoiceField(
         choices=[("", "Server default"), ("on", "On"), ("off", "Off")],
         required=False,
@@ -116,5 +122,6 @@ class LaunchForm(forms.Form):
                 placement=data["placement"] or "spread",
             ),
             replicas=data["replicas"],
+            hosts=tuple(data.get("hosts") or ()),
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
         )

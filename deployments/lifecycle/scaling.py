@@ -55,6 +55,11 @@ def deployment_scale(
         first = rows[0]
         if not live or first.status not in _LIVE:
             raise DeploymentError(f"{first.name} is not running; launch it again instead.")
+        if first.plan.get("multi_host"):
+            raise DeploymentError(
+                f"{first.name} spans several hosts on a Ray cluster of its own: one replica, "
+                "not scaled. Launch another deployment for more."
+            )
         if replicas < len(live):
             return _scale_down(user, first, live, replicas, http_request)
     if replicas == len(live):

@@ -14,25 +14,24 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning, replicas, sealed
-from deployments.catalog.registered import host_inventory, reserved_bytes
+from deployments.catalog.registered import host_inventory, planner_host, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.lifecycle import limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
+from deployments.lifecycle.errors import DeploymentError as DeploymentError
+from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
 from deployments.planning.units import GIB
 from monitoring.models import Gpu, Host
 
 # A launch that lost the race for a GPU's memory plans again on what is left, this often.
 RESERVE_ATTEMPTS = 3
-
-
-class DeploymentError(Exception):
-    """Refused before anything started; the message says why and what to change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +47,9 @@ class LaunchRequest:
     # Replicas of the layout, each its own engine on its own GPUs; None: as many as fit.
     # The planner's ``plan_request.replicas`` is ignored: this field decides.
     replicas: int | None = 1
+    # Further hosts the model may span (one replica, vLLM on a Ray cluster of its own); the
+    # engine runs on the host of its first pipeline stage.
+    hosts: tuple[str, ...] = ()
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -75,6 +77,9 @@ def choose_plan(
         raise DeploymentError(str(exc)) from exc
     only = set(request.gpu_indices) if request.gpu_indices else None
     inventory = host_inventory(host, only_indices=only)
+    if request.hosts:
+        others = [planner_host(online_host(name)) for name in request.hosts]
+        inventory = planning.Inventory((*inventory.hosts, *others))
     plan_request = replace(
         request.plan_request,
         model=source.engine_model,
@@ -134,25 +139,31 @@ def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> Non
     the same. Every replica runs the first one's command, so each reserves the same bytes.
     """
     per_replica = [
-        {ref.index: mem.total_bytes for ref, mem in zip(refs, plan.per_gpu, strict=True)}
+        {
+            (ref.host or host.name, ref.index): mem.total_bytes
+            for ref, mem in zip(refs, plan.per_gpu, strict=True)
+        }
         for refs in plan.gpus[: len(rows)]
     ]
-    wanted: Counter[int] = Counter()
+    wanted: Counter[tuple[str, int]] = Counter()
     for replica in per_replica:
         wanted.update(replica)
-    gpus = list(Gpu.objects.select_for_update().filter(host=host, index__in=wanted).order_by("pk"))
+    match = Q(pk__in=[])
+    for name, index in wanted:
+        match |= Q(host__name=name, index=index)
+    gpus = list(Gpu.objects.select_for_update().filter(match).select_related("host").order_by("pk"))
     if len(gpus) != len(wanted):
         raise DeploymentError(f"A GPU of this plan is no longer registered on {host.name}.")
     held = reserved_bytes(g.pk for g in gpus)
     for gpu in gpus:
-        others = held.get(gpu.pk, 0)
-        if others + wanted[gpu.index] > gpu.memory_total_bytes:
-            raise ReservationConflict(_over_message(host, gpu, others, wanted[gpu.index]))
-    by_index = {gpu.index: gpu for gpu in gpus}
+        others, want = held.get(gpu.pk, 0), wanted[gpu.host.name, gpu.index]
+        if others + want > gpu.memory_total_bytes:
+            raise ReservationConflict(_over_message(gpu.host, gpu, others, want))
+    by_ref = {(gpu.host.name, gpu.index): gpu for gpu in gpus}
     GpuLease.objects.bulk_create(
-        GpuLease(deployment=row, gpu=by_index[index], memory_bytes=size)
+        GpuLease(deployment=row, gpu=by_ref[ref], memory_bytes=size)
         for row, replica in zip(rows, per_replica, strict=True)
-        for index, size in replica.items()
+        for ref, size in replica.items()
     )
 
 
@@ -203,10 +214,14 @@ def deployment_create(
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
     options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
+    check_hosts(request.host_name, request.hosts, request.replicas)
     for attempt in range(RESERVE_ATTEMPTS):
         plan, _ = choose_plan(source, host, request, hub_token)
+        lead = spanned_hosts(plan, host)[0]
+        # only vLLM's Ray executor runs one model over several hosts
+        engine = Engine.VLLM if plan.multi_host else _engine_for(request, lead, source)
         try:
-            return _create(user, name, host, source, engine, plan, options, http_request)
+            return _create(user, name, lead, source, engine, plan, options, http_request)
         except ReservationConflict:
             if attempt == RESERVE_ATTEMPTS - 1:
                 raise
@@ -232,6 +247,8 @@ def _create(
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
     reserve_gpus(rows, host, plan)
+    if plan.multi_host:
+        ray_nodes(rows[0], plan, host)
     for row in rows:
         key = row.engine_api_key()
         row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
@@ -252,6 +269,8 @@ def _create(
             "model": source.ref,
             "engine": engine,
             "host": host.name,
+            "hosts": [h.name for h in spanned_hosts(plan, host)],
+            "multi_host": plan.multi_host,
             "replicas": count,
             "replicas_asked": options["overrides"].get("replicas", 1),
             "gpus": [g["index"] for g in snapshot["gpus"][0]],
@@ -372,6 +391,7 @@ def deployment_relaunch(
         plan_request=planning.PlanRequest(**overrides),
         auto_restart=first.auto_restart,
         replicas=None if asked == "max" else int(asked),
+        hosts=further_hosts(first),
     )
     return deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token

@@ -40,6 +40,8 @@ class LaunchSpec:
     quantization: str | None = None
     kv_cache_dtype: str | None = None
     multi_host: bool = False  # one model over several hosts: vLLM's Ray executor
+    ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (multi_host)
+    node_address: str | None = None  # this host's IP in that cluster (multi_host)
     device: Device = "cuda"
     hf_offline: bool = True  # True for local folders; a Hub model downloads its weights
     hf_token: str | None = field(default=None, repr=False)  # given as HF_TOKEN, masked when stored

@@ -93,6 +93,19 @@ def _env(spec: LaunchSpec) -> dict[str, str]:
     env["VLLM_LOGGING_COLOR"] = "0"
     if spec.api_key:
         env["VLLM_API_KEY"] = spec.api_key  # read by vLLM when --api-key is absent
+    if spec.multi_host:
+        env.update(ray_env(spec))
+    return env
+
+
+def ray_env(spec: LaunchSpec) -> dict[str, str]:
+    """The driver's side of vLLM 0.33 on Ray. `ray.init(address=None)` reads RAY_ADDRESS
+    (v1/executor/ray_utils.py:321), so the engine joins the deployment's own cluster, not
+    whatever `ray start` ran last on this host; VLLM_HOST_IP is this node's address (each
+    Ray node carries its own: ray_utils.py:18 keeps it from being copied to workers)."""
+    env = {"RAY_ADDRESS": spec.ray_address or "", "RAY_USAGE_STATS_ENABLED": "0"}
+    if spec.node_address:
+        env["VLLM_HOST_IP"] = spec.node_address
     return env
 
 
@@ -108,6 +121,8 @@ def _check(spec: LaunchSpec) -> None:
             f"TP {spec.tensor_parallel_size} x PP {spec.pipeline_parallel_size} needs "
             f"{gpus_needed} GPUs on this host; {len(spec.gpu_indices)} are leased"
         )
+    if spec.multi_host and not spec.ray_address:
+        raise UnsupportedSpec("a model over several hosts needs its Ray head's address")
     if spec.gpu_memory_utilization is not None and not 0 < spec.gpu_memory_utilization <= 1:
         raise UnsupportedSpec("gpu_memory_utilization must be in (0, 1]")
     reject_flags(spec.extra_args, _FORBIDDEN_EXTRA)
@@ -118,5 +133,5 @@ def _warnings(spec: LaunchSpec) -> tuple[str, ...]:
     if not spec.api_key:
         warnings.append("no API key: /v1 on this engine is open to anyone who can reach the port")
     if spec.multi_host:
-        warnings.append("multi-host: Ray places the workers on other hosts (needs `ray` installed)")
+        warnings.append(f"multi-host: Ray at {spec.ray_address} places the workers on every host")
     return tuple(warnings)

@@ -89,7 +89,12 @@ def test_vllm_probe_checks_models_with_key() -> None:
 
 def test_vllm_multi_host_uses_ray() -> None:
     cmd = VllmAdapter().build(
-        vllm_spec(multi_host=True, tensor_parallel_size=2, pipeline_parallel_size=2)
+        vllm_spec(
+            multi_host=True,
+            tensor_parallel_size=2,
+            pipeline_parallel_size=2,
+            ray_address="10.0.0.1:20000",
+        )
     )
     i = cmd.argv.index("--distributed-executor-backend")
     assert cmd.argv[i + 1] == "ray"

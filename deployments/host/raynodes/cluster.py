@@ -1,0 +1,253 @@
+"""A deployment's own Ray cluster across its hosts: the lead's worker starts the head and
+asks the others' workers to join; each worker stops its own node. Runs in host workers.
+
+Order on the way down: the engine first (its caller stopped it), then every node; the lead
+stops its head and sends `deployments.ray_leave` to each other host, whose worker stops its
+node (and, should that message be lost, its watchdog does once it sees the deployment ended).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import socket
+import threading
+import time
+from pathlib import Path
+
+from django.conf import settings
+from django.db.models import Q
+
+from controlpanel.celery import app as celery_app
+from controlpanel.celery import host_queue
+from deployments.host import supervisor as sv
+from deployments.host.owner import engine_owner
+from deployments.host.raynodes import commands
+from deployments.models import TERMINAL, Deployment, RayNode, Status
+
+log = logging.getLogger(__name__)
+NODE_STOP_GRACE_S = 10.0
+_PORTS_LOCK = threading.Lock()  # one block per node, even with launches on two threads
+State = RayNode.State
+
+
+class ClusterError(Exception):
+    """The cluster could not form; the message says where and why."""
+
+
+def ray_bin() -> str:
+    return commands.ray_executable(settings.SHARDBOARD_RAY_BIN, settings.SHARDBOARD_VLLM_BIN)
+
+
+def head_address(d: Deployment) -> str | None:
+    head = d.ray_nodes.filter(role=RayNode.Role.HEAD).exclude(port=None).first()
+    return head.gcs_address if head else None
+
+
+def log_dir() -> Path:
+    path = Path(settings.VAR_DIR) / "engine-logs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _busy_port(address: str, ports: range) -> str | None:
+    """The first of ``ports`` this host cannot bind on ``address`` and why; None: all free."""
+    for port in ports:
+        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as sock:
+            # as Ray's servers bind: a closed connection's port in TIME_WAIT is free to them
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((address, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise ClusterError(
+                        f"{address} is not an address of host {settings.SHARDBOARD_HOST_NAME}: "
+                        "set SHARDBOARD_RAY_NODE_ADDRESS to this host's IP on the cluster network"
+                    ) from None
+                return f"port {port}: {exc.strerror}"
+    return None
+
+
+def _free_block(node: RayNode, address: str) -> int:
+    taken = set(
+        RayNode.objects.filter(host=node.host, state__in=[State.PENDING, State.RUNNING])
+        .exclude(pk=node.pk)
+        .exclude(port=None)
+        .values_list("port", flat=True)
+    )
+    try:
+        blocks = commands.port_blocks(settings.SHARDBOARD_RAY_PORTS)
+    except commands.PortRangeError as exc:
+        raise ClusterError(str(exc)) from None
+    busy = "every block is held by another deployment's node"
+    for base in blocks:
+        if base in taken:
+            continue
+        problem = _busy_port(address, range(base, base + commands.SERVICE_PORTS))
+        if problem is None:
+            return base
+        busy = problem
+    raise ClusterError(
+        f"No free block of {commands.PORT_BLOCK} Ray ports on {node.host.name} in "
+        f"SHARDBOARD_RAY_PORTS={settings.SHARDBOARD_RAY_PORTS} (last: {busy}): widen the range"
+    )
+
+
+def start_node(node: RayNode, head: str | None) -> bool:
+    """Spawn this host's node (the head when ``head`` is None); False when the row was no
+    longer pending (stopped meanwhile). Raises ClusterError or OSError when it cannot start."""
+    address = settings.SHARDBOARD_RAY_NODE_ADDRESS
+    with _PORTS_LOCK:
+        base = _free_block(node, address)
+        spec = commands.NodeSpec(
+            deployment_id=str(node.deployment_id),
+            host_name=node.host.name,
+            address=address,
+            base_port=base,
+            num_gpus=node.num_gpus,
+            gpu_indices=tuple(int(i) for i in node.gpu_indices),
+            head_address=head,
+            owner=engine_owner(),
+        )
+        log_path = log_dir() / f"deployment-{node.deployment_id}-ray-{node.role}.log"
+        handle = sv.spawn(commands.node_argv(ray_bin(), spec), commands.node_env(spec), log_path)
+        started = RayNode.objects.filter(pk=node.pk, state=State.PENDING).update(
+            state=State.RUNNING,
+            address=address,
+            port=base,
+            pid=handle.pid,
+            pgid=handle.pgid,
+            process_started_at=handle.create_time,
+            log_path=str(log_path),
+        )
+    if not started:
+        sv.stop(handle, NODE_STOP_GRACE_S)
+        return False
+    node.refresh_from_db()
+    return True
+
+
+def _last_line(node: RayNode) -> str:
+    lines = [ln for ln in sv.tail(Path(node.log_path), 40).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return (errors or lines or ["(no output)"])[-1].strip()[:300]
+
+
+def _wait_gcs(node: RayNode, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        if node.pid is None or not sv.is_alive(node.pid, node.process_started_at):
+            raise ClusterError(f"The Ray head on {node.host.name} exited: {_last_line(node)}")
+        try:
+            with socket.create_connection((node.address, node.port or 0), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise ClusterError(f"The Ray head on {node.host.name} did not answer on port {node.port}")
+
+
+def form_cluster(d: Deployment) -> None:
+    """Start the head here, have every other host join, wait until each has its node up."""
+    deadline = time.monotonic() + settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S
+    nodes = list(d.ray_nodes.select_related("host"))
+    head = next((n for n in nodes if n.role == RayNode.Role.HEAD), None)
+    if head is None:
+        raise ClusterError("This deployment spans hosts but has no Ray head node recorded.")
+    if head.state == State.PENDING:
+        try:
+            if not start_node(head, None):
+                raise ClusterError("The Ray head was stopped before it started.")
+        except OSError as exc:
+            raise ClusterError(f"Could not start `ray` on {head.host.name}: {exc}") from exc
+    elif head.state != State.RUNNING:
+        raise ClusterError(f"The Ray head on {head.host.name} is {head.state}.")
+    _wait_gcs(head, deadline)
+    workers = [n for n in nodes if n.role == RayNode.Role.WORKER]
+    for node in workers:
+        if node.state == State.PENDING:
+            send("deployments.ray_join", node)
+    _wait_joined(workers, deadline)
+
+
+def _wait_joined(workers: list[RayNode], deadline: float) -> None:
+    pks = [n.pk for n in workers]
+    while True:
+        rows = list(RayNode.objects.filter(pk__in=pks).select_related("host"))
+        for node in rows:
+            if node.state in (State.EXITED, State.STOPPED):
+                raise ClusterError(node.reason or f"The Ray node on {node.host.name} ended.")
+        if all(n.state == State.RUNNING for n in rows):
+            return
+        if time.monotonic() >= deadline:
+            late = ", ".join(n.host.name for n in rows if n.state != State.RUNNING)
+            raise ClusterError(
+                f"No Ray node started on {late} within {settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S:g}"
+                " s: is its host worker running?"
+            )
+        time.sleep(0.25)
+
+
+def send(task: str, node: RayNode) -> None:
+    try:
+        celery_app.send_task(task, args=[node.pk], queue=host_queue(node.host.name), retry=True)
+    except Exception as exc:  # kombu raises several kinds; the watchdogs clean up either way
+        log.warning("could not send %s for ray node %s: %s", task, node.pk, exc)
+
+
+def join(node_pk: int) -> dict[str, str]:
+    """On a worker host: start its node and join the deployment's head."""
+    node = RayNode.objects.select_related("deployment", "host").get(pk=node_pk)
+    if node.host.name != settings.SHARDBOARD_HOST_NAME or node.state != State.PENDING:
+        return {"skipped": f"node is {node.state} on {node.host.name}"}
+    d = node.deployment
+    head = head_address(d)
+    if d.status not in (Status.PENDING, Status.STARTING) or head is None:
+        mark(node, State.STOPPED, f"deployment is {d.status}")
+        return {"skipped": f"deployment is {d.status}"}
+    try:
+        started = start_node(node, head)
+    except (ClusterError, OSError) as exc:
+        mark(node, State.EXITED, f"The Ray node on {node.host.name} could not start: {exc}")
+        return {"failed": str(exc)}
+    return {"joined" if started else "skipped": head}
+
+
+def mark(node: RayNode, state: str, reason: str) -> None:
+    RayNode.objects.filter(pk=node.pk).exclude(state__in=[State.STOPPED]).update(
+        state=state, reason=reason
+    )
+
+
+def stop_local(node: RayNode) -> None:
+    """Stop this host's node (its process group, then any process Ray started with its
+    marker in another group); an exited node keeps its state and reason."""
+    owner, marker = engine_owner(), commands.node_marker(node.deployment_id)
+    if node.pgid:
+        sv.stop(node.pgid, NODE_STOP_GRACE_S, owner=owner, deployment_id=marker)
+    for found in sv.find_engines(owner):
+        if found.deployment_id == marker:
+            sv.stop(found.pgid, NODE_STOP_GRACE_S, owner=owner, deployment_id=marker)
+    sv.reap_children()
+    RayNode.objects.filter(pk=node.pk).filter(
+        Q(state=State.PENDING) | Q(state=State.RUNNING)
+    ).update(state=State.STOPPED)
+
+
+def leave(node_pk: int) -> dict[str, str]:
+    node = RayNode.objects.select_related("host").get(pk=node_pk)
+    if node.host.name != settings.SHARDBOARD_HOST_NAME:
+        return {"skipped": f"node is on {node.host.name}"}
+    stop_local(node)
+    return {"stopped": str(node.pk)}
+
+
+def teardown(deployment_id: int) -> None:
+    """After the deployment ended (its engine already stopped): every node down."""
+    d = Deployment.objects.get(pk=deployment_id)
+    if d.status not in TERMINAL:
+        return
+    me = settings.SHARDBOARD_HOST_NAME
+    for node in d.ray_nodes.select_related("host").exclude(state=State.STOPPED):
+        if node.host.name == me:
+            stop_local(node)
+        else:
+            send("deployments.ray_leave", node)

@@ -1,0 +1,103 @@
+"""A launch over several hosts through the launch service (rows only, no worker): one
+transaction leases GPUs on each host and writes a Ray node per host, the head where the
+first stage runs; refusals say what to change; a worker host gone offline breaks the cluster."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from controlpanel.models import AuditEvent
+from deployments import planning
+from deployments.host import raywatch
+from deployments.lifecycle.forms import LaunchForm
+from deployments.lifecycle.scaling import deployment_scale
+from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
+from deployments.models import Deployment, Engine, GpuLease, RayNode
+from monitoring.models import Host
+from tests.support.hosts import sim_host
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def hosts(model_root: Any) -> list[Host]:
+    return [sim_host("span-a", 1), sim_host("span-b", 1)]
+
+
+def launch(user: Any, *, hosts: tuple[str, ...] = ("span-b",), replicas: int = 1) -> Deployment:
+    request = LaunchRequest(
+        name="spread",
+        model_ref="local:0/tiny",
+        host_name="span-a",
+        hosts=hosts,
+        replicas=replicas,
+        plan_request=planning.PlanRequest(tensor_parallel_size=1, pipeline_parallel_size=2),
+    )
+    return deployment_create(user=user, request=request)
+
+
+def test_one_launch_leases_on_each_host_and_writes_its_ray_nodes(hosts, operator) -> None:
+    d = launch(operator)
+    assert d.host.name == "span-a" and d.plan["multi_host"] and d.engine == Engine.VLLM
+    assert not d.auto_restart  # a restart would need the whole cluster again
+    leases = GpuLease.objects.filter(deployment=d, active=True)
+    assert sorted(leases.values_list("gpu__host__name", "gpu__index")) == [
+        ("span-a", 0),
+        ("span-b", 0),
+    ]
+    nodes = RayNode.objects.filter(deployment=d).order_by("role")
+    assert [(n.host.name, n.role, n.state, n.num_gpus, n.gpu_indices) for n in nodes] == [
+        ("span-a", "head", "pending", 1, [0]),
+        ("span-b", "worker", "pending", 1, [0]),
+    ]
+    audit = AuditEvent.objects.get(action="deployment.create", target_id=str(d.pk))
+    assert audit.detail["hosts"] == ["span-a", "span-b"] and audit.detail["multi_host"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"hosts": ("span-a",)}, "not the first host again"),
+        ({"hosts": ("span-b", "span-b")}, "Name each further host once"),
+        ({"replicas": 2}, "runs one replica"),
+        ({"hosts": ("nowhere",)}, "Unknown host 'nowhere'"),
+    ],
+)
+def test_refusals_say_what_to_change(hosts, operator, overrides, says) -> None:
+    with pytest.raises(DeploymentError, match=says):
+        launch(operator, **overrides)
+    assert not Deployment.objects.exists() and not GpuLease.objects.exists()
+
+
+def test_a_worker_host_gone_offline_breaks_the_cluster(hosts, operator, settings) -> None:
+    d = launch(operator)
+    RayNode.objects.filter(deployment=d).update(state="running")
+    assert raywatch.problem(d) is None
+    stale = timezone.now() - timedelta(seconds=settings.HEARTBEAT_STALE_S + 1)
+    Host.objects.filter(name="span-b").update(last_heartbeat=stale)
+    assert "Host span-b stopped answering" in (raywatch.problem(d) or "")
+    RayNode.objects.filter(deployment=d, host__name="span-b").update(
+        state="exited", reason="The Ray node on span-b exited (exit code 1)"
+    )
+    assert raywatch.problem(d) == "The Ray node on span-b exited (exit code 1)"
+
+
+def test_the_launch_form_takes_further_hosts(hosts) -> None:
+    data = {"name": "spread", "model_ref": "local:0/tiny", "host": "span-a", "engine": "vllm"}
+    data |= {"dtype": "auto", "kv_cache_dtype": "auto", "hosts": ["span-b"]}
+    form = LaunchForm(data=data)
+    assert form.is_valid(), form.errors
+    assert form.launch_request().hosts == ("span-b",)
+    assert not LaunchForm(data={**data, "hosts": ["nowhere"]}).is_valid()
+
+
+def test_a_deployment_over_hosts_is_not_scaled(hosts, operator) -> None:
+    d = launch(operator)
+    Deployment.objects.filter(pk=d.pk).update(status="running")
+    d.refresh_from_db()
+    with pytest.raises(DeploymentError, match="spans several hosts"):
+        deployment_scale(user=operator, deployment=d, replicas=2)
