@@ -22,10 +22,30 @@ def scrub(value: Any) -> Any:
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [scrub(v) for v in value]
+        return _scrub_argv([scrub(v) for v in value])
     if isinstance(value, str):
         return _no_nul(value)
     return value
+
+
+def _scrub_argv(items: list[Any]) -> list[Any]:
+    """A command line's secrets: the word after a secret-looking flag (`--api-key sk-1`) and
+    the value of `--hf-token=hf_1`. Engines mask their argv already; this is the backstop."""
+    out: list[Any] = []
+    hide_next = False
+    for item in items:
+        if not isinstance(item, str):
+            out.append(item)
+            hide_next = False
+            continue
+        flag, sep, _ = item.partition("=")
+        secret_flag = flag.startswith("-") and bool(_SECRET_KEY.search(flag))
+        if hide_next and not item.startswith("-"):
+            out.append(MASK)
+        else:
+            out.append(f"{flag}={MASK}" if sep and secret_flag else item)
+        hide_next = secret_flag and not sep
+    return out
 
 
 def _no_nul(text: str) -> str:
