@@ -57,8 +57,13 @@ def record(result: Verification, *, now: datetime, full: bool) -> AuditCheckpoin
         checkpoint.checked_at = now
         if full:
             checkpoint.full_checked_at = now
-        checkpoint.problem = result.broken.message if result.broken else ""
-        checkpoint.problem_row_id = result.broken.row_id if result.broken else None
+        if result.broken is not None:
+            checkpoint.problem, checkpoint.problem_row_id = (
+                result.broken.message,
+                result.broken.row_id,
+            )
+        elif full:  # rows after the good position passing says nothing of a break before it
+            checkpoint.problem, checkpoint.problem_row_id = "", None
         checkpoint.save()
     return checkpoint
 

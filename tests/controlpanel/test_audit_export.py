@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection, transaction
 from django.test import Client
 
@@ -152,3 +154,26 @@ def test_each_new_row_goes_to_syslog_after_commit(settings: Any, admin_user: Any
     assert message.startswith("<38>shardboard-audit: ")  # facility auth (4), info (6)
     record = json.loads(message.split(": ", 1)[1].rstrip("\x00"))
     assert record["action"] == "test.syslog" and record["row_hash"] == row.row_hash
+
+
+def test_only_a_full_verification_clears_a_break(client: Client, admin_user: Any) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "ALTER TABLE controlpanel_auditevent DISABLE TRIGGER controlpanel_auditevent_append_only"
+            )
+    rows = [audit_record(actor=admin_user, action="test.row", detail={"n": n}) for n in range(3)]
+    client.force_login(admin_user)
+    with time_machine.travel(T0, tick=False):
+        client.get("/audit/")  # good through the login row
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE controlpanel_auditevent SET action = 'x' WHERE id = %s", [rows[0].pk]
+        )
+    with pytest.raises(CommandError):
+        call_command("audit_verify")
+    later = datetime.now(UTC) + timedelta(hours=1)  # past RECHECK_S after audit_verify
+    with time_machine.travel(later, tick=False):
+        page = client.get("/audit/").content.decode()  # re-checks only rows after the good one
+    assert AuditCheckpoint.objects.get().checked_at == later
+    assert "chain broken" in page and f"Row {rows[0].pk}" in page
