@@ -10,8 +10,8 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlpanel import selectors
-from controlpanel.auditchain import export
-from controlpanel.auditchain.checkpoint import chain_status
+from controlpanel.audittrail import export
+from controlpanel.audittrail.checkpoint import chain_status
 from controlpanel.hosts import HostRetireError, host_retire
 from controlpanel.roles import Role, role_required
 from deployments.lifecycle.selectors import active_rows

@@ -8,6 +8,7 @@ are written in one form, at write time and at verification alike.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import json
@@ -19,12 +20,26 @@ GENESIS = "0" * 64  # the "previous hash" of the first row
 
 def normal(value: Any) -> Any:
     """`value` with dict keys as strings, tuples as lists and whole floats as integers."""
-    if isinstance(value, dict):
-        return {str(k): normal(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    kind = type(value)
+    if kind is dict:
+        return {k if type(k) is str else str(k): normal(v) for k, v in value.items()}
+    if kind is list or kind is tuple:
         return [normal(v) for v in value]
-    if isinstance(value, float) and value.is_integer():
+    if kind is float and value.is_integer():
         return int(value)
+    if kind in _LEAVES:
+        return value
+    return normal(_as_plain(value))
+
+
+_LEAVES = frozenset({str, int, bool, float, type(None)})
+
+
+def _as_plain(value: Any) -> Any:
+    """A subclass of dict, list, float... (rare) as its base type, so the walk above ends."""
+    for base in (dict, list, tuple, float, str, int):
+        if isinstance(value, base):
+            return base(value)
     return value
 
 
@@ -33,6 +48,7 @@ def canonical_json(value: Any) -> str:
     return json.dumps(normal(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 
+@functools.lru_cache(maxsize=4096)
 def canonical_ip(ip: str | None) -> str | None:
     if not ip:
         return None
@@ -43,7 +59,9 @@ def canonical_ip(ip: str | None) -> str | None:
 
 
 def canonical_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if moment.utcoffset():
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def row_hash(

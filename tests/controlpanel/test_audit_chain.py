@@ -16,7 +16,7 @@ from django.db.migrations.loader import MigrationLoader
 
 from controlpanel.audit import audit_event, audit_record
 from controlpanel.auditchain.canonical import GENESIS
-from controlpanel.auditchain.verify import verify_chain
+from controlpanel.audittrail.verify import verify_chain
 from controlpanel.models import AuditEvent
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from controlpanel.auditchain.checkpoint import verify_and_record
+from controlpanel.audittrail.checkpoint import verify_and_record
 
 
 class Command(BaseCommand):

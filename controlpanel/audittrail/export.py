@@ -17,6 +17,7 @@ from django.http import QueryDict
 from controlpanel.auditchain.canonical import canonical_json
 from controlpanel.auditchain.records import FIELDS, record_of
 from controlpanel.models import AuditEvent
+from controlpanel.selectors import audit_page
 
 PAGE_ROWS = 2000
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
@@ -72,12 +73,7 @@ async def export_lines(fmt: str, span: TimeRange) -> AsyncIterator[str]:
 
 
 def _page(span: TimeRange, after: int) -> list[AuditEvent]:
-    rows = AuditEvent.objects.filter(id__gt=after).order_by("id")
-    if span.since:
-        rows = rows.filter(created_at__gte=span.since)
-    if span.until:
-        rows = rows.filter(created_at__lt=span.until)
-    return list(rows[:PAGE_ROWS])
+    return audit_page(since=span.since, until=span.until, after_id=after, limit=PAGE_ROWS)
 
 
 def _line(fmt: str, record: dict[str, Any]) -> str:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from controlpanel.auditchain.verify import Verification, verify_chain
+from controlpanel.audittrail.verify import Verification, verify_chain
 from controlpanel.models import AuditCheckpoint
 
 RECHECK_S = 10.0
