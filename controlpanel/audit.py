@@ -10,6 +10,12 @@ from django.http import HttpRequest
 from controlpanel.models import AuditEvent
 
 _SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization)", re.IGNORECASE)
+# A flag whose last word names a secret: --api-key, --hf-token, --password; not --tokenizer
+# nor --max-num-batched-tokens, whose values are figures worth keeping.
+_SECRET_FLAG = re.compile(
+    r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|key|token|secret|pass(?:word|wd)?|authorization)$",
+    re.IGNORECASE,
+)
 MASK = "***"
 
 
@@ -39,7 +45,7 @@ def _scrub_argv(items: list[Any]) -> list[Any]:
             hide_next = False
             continue
         flag, sep, _ = item.partition("=")
-        secret_flag = flag.startswith("-") and bool(_SECRET_KEY.search(flag))
+        secret_flag = bool(_SECRET_FLAG.match(flag))
         if hide_next and not item.startswith("-"):
             out.append(MASK)
         else:
