@@ -138,7 +138,7 @@ def test_a_row_inserted_around_the_chain_is_named(admin_user: Any) -> None:
     _rows(admin_user, 2)
     _raw(
         "INSERT INTO controlpanel_auditevent (actor_name, action, target_type, target_id, detail, created_at, prev_hash, row_hash)"
-        " VALUES ('', 'test.sneaked', '', '', '{}', now(), '', '')",
+        " VALUES ('', 'test.sneaked', '', '', '{}', CURRENT_TIMESTAMP, '', '')",
         [],
     )
     sneaked = AuditEvent.objects.get(action="test.sneaked").pk
@@ -160,7 +160,7 @@ def test_rows_written_before_the_chain_are_chained_by_the_migration(
     for i in range(3):
         _raw(
             "INSERT INTO controlpanel_auditevent (actor_name, action, target_type, target_id, detail, client_ip, created_at, prev_hash, row_hash)"
-            " VALUES ('old', %s, '', '', %s, '::ffff:10.0.0.1', now(), '', '')",
+            " VALUES ('old', %s, '', '', %s, '::ffff:10.0.0.1', CURRENT_TIMESTAMP, '', '')",
             [f"test.old{i}", '{"x": 1.0, "y": [1e20]}'],
         )
     migration = __import__(
