@@ -37,9 +37,12 @@ _LEAVES = frozenset({str, int, bool, float, type(None)})
 
 def _as_plain(value: Any) -> Any:
     """A subclass of dict, list, float... (rare) as its base type, so the walk above ends."""
-    for base in (dict, list, tuple, float, str, int):
-        if isinstance(value, base):
-            return base(value)
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, list | tuple):
+        return list(value)
+    if isinstance(value, bool | int | float | str):
+        return json.loads(json.dumps(value))  # an IntEnum, a str subclass: the JSON it makes
     return value
 
 
