@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections, models
 from django.utils import timezone
 
-from controlpanel.auditchain.canonical import GENESIS, row_hash
+from controlpanel.auditchain.canonical import GENESIS, hash_of
 
 CHAIN_LOCK_KEY = 0x5EA1_A0D1  # pg_advisory_xact_lock's key for the audit chain
 
@@ -53,19 +53,3 @@ def seal(rows: Sequence[Any], *, using: str) -> None:
         row.seq, row.prev_hash, row.created_at = seq, prev, now
         row.detail = row.detail if row.detail is not None else {}
         row.row_hash = prev = hash_of(row)
-
-
-def hash_of(row: Any) -> str:
-    """The hash a row's fields give (verify compares it with the stored one)."""
-    return row_hash(
-        seq=row.seq,
-        prev_hash=row.prev_hash,
-        created_at=row.created_at,
-        actor_id=row.actor_id,
-        actor_name=row.actor_name,
-        action=row.action,
-        target_type=row.target_type,
-        target_id=row.target_id,
-        detail=row.detail,
-        client_ip=row.client_ip,
-    )

@@ -95,3 +95,20 @@ def row_hash(
         "ip": canonical_ip(client_ip),
     }
     return hashlib.sha256(canonical_json(content).encode("ascii")).hexdigest()
+
+
+def hash_of(row: Any) -> str:
+    """row_hash of anything with an audit row's attributes: a model instance (the historical
+    one in a migration too) or a named row from values_list."""
+    return row_hash(
+        seq=row.seq,
+        prev_hash=row.prev_hash,
+        created_at=row.created_at,
+        actor_id=row.actor_id,
+        actor_name=row.actor_name,
+        action=row.action,
+        target_type=row.target_type,
+        target_id=row.target_id,
+        detail=row.detail,
+        client_ip=row.client_ip,
+    )

@@ -8,24 +8,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from controlpanel.auditchain.canonical import GENESIS, row_hash
+from controlpanel.auditchain.canonical import GENESIS, hash_of
+from controlpanel.auditchain.records import FIELDS
 from controlpanel.models import AuditEvent
 
 PAGE_ROWS = 5000
-_COLUMNS = (
-    "id",
-    "seq",
-    "prev_hash",
-    "row_hash",
-    "created_at",
-    "actor_id",
-    "actor_name",
-    "action",
-    "target_type",
-    "target_id",
-    "detail",
-    "client_ip",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,18 +72,18 @@ class _Walk:
     checked: int = 0
 
     def resume(self, seq: int, digest: str) -> Break | None:
-        row = AuditEvent.objects.filter(seq=seq).values_list(*_COLUMNS).first()
+        row = AuditEvent.objects.filter(seq=seq).values_list(*FIELDS, named=True).first()
         if row is None:
             return Break(None, "deleted", f"The row at position {seq}, verified before, is gone.")
-        if _digest(row) != row[3] or row[3] != digest:
-            return Break(row[0], "changed", _changed(row))
-        self.seq, self.hash, self.row_id = seq, digest, row[0]
+        if hash_of(row) != row.row_hash or row.row_hash != digest:
+            return Break(row.id, "changed", _changed(row))
+        self.seq, self.hash, self.row_id = seq, digest, row.id
         return None
 
-    def step(self, row: tuple[Any, ...]) -> Break | None:
-        row_id, seq, prev_hash, stored = row[0], row[1], row[2], row[3]
+    def step(self, row: Any) -> Break | None:
+        row_id, seq, prev_hash, stored = row.id, row.seq, row.prev_hash, row.row_hash
         self.checked += 1
-        if _digest(row) != stored:
+        if hash_of(row) != stored:
             return Break(row_id, "changed", _changed(row))
         if seq != self.seq + 1:
             return Break(
@@ -116,32 +103,16 @@ class _Walk:
         return None
 
 
-def _rows_after(seq: int, page_rows: int) -> Iterator[tuple[Any, ...]]:
-    chained = AuditEvent.objects.order_by("seq").values_list(*_COLUMNS)
+def _rows_after(seq: int, page_rows: int) -> Iterator[Any]:
+    chained = AuditEvent.objects.order_by("seq").values_list(*FIELDS, named=True)
     while page := list(chained.filter(seq__gt=seq)[:page_rows]):
         yield from page
-        seq = page[-1][1]
+        seq = page[-1].seq
 
 
-def _digest(row: tuple[Any, ...]) -> str:
-    _, seq, prev_hash, _, created_at, actor_id, actor_name, action, ttype, tid, detail, ip = row
-    return row_hash(
-        seq=seq,
-        prev_hash=prev_hash,
-        created_at=created_at,
-        actor_id=actor_id,
-        actor_name=actor_name,
-        action=action,
-        target_type=ttype,
-        target_id=tid,
-        detail=detail,
-        client_ip=ip,
-    )
-
-
-def _changed(row: tuple[Any, ...]) -> str:
+def _changed(row: Any) -> str:
     return (
-        f"Row {row[0]} (position {row[1]}, {row[7]}) was changed: its content no longer "
+        f"Row {row.id} (position {row.seq}, {row.action}) was changed: its content no longer "
         "matches its hash."
     )
 

@@ -7,7 +7,7 @@ import: the row format is a contract that the verifier and this migration must s
 
 from django.db import migrations
 
-from controlpanel.auditchain.canonical import GENESIS, row_hash
+from controlpanel.auditchain.canonical import GENESIS, hash_of
 
 CHUNK = 2000
 
@@ -35,18 +35,8 @@ def chain_existing_rows(apps, schema_editor):
     while batch := list(rows.filter(id__gt=after).order_by("id")[:CHUNK]):
         for row in batch:
             seq += 1
-            digest = row_hash(
-                seq=seq,
-                prev_hash=prev,
-                created_at=row.created_at,
-                actor_id=row.actor_id,
-                actor_name=row.actor_name,
-                action=row.action,
-                target_type=row.target_type,
-                target_id=row.target_id,
-                detail=row.detail if row.detail is not None else {},
-                client_ip=row.client_ip,
-            )
+            row.seq, row.prev_hash = seq, prev
+            digest = hash_of(row)
             rows.filter(pk=row.pk).update(seq=seq, prev_hash=prev, row_hash=digest)
             prev, after = digest, row.pk
 

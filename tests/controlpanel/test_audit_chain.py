@@ -122,7 +122,7 @@ def test_a_row_inserted_out_of_order_is_named(admin_user: Any) -> None:
     rows = _rows(admin_user, 3)
     forged = AuditEvent(action="test.forged", detail={}, seq=4, prev_hash=GENESIS)
     forged.created_at = rows[-1].created_at
-    from controlpanel.auditchain.append import hash_of
+    from controlpanel.auditchain.canonical import hash_of
 
     forged.row_hash = hash_of(forged)  # a valid hash of its own, linked to the wrong row
     _raw(
