@@ -10,6 +10,12 @@ from django.http import HttpRequest
 from controlpanel.models import AuditEvent
 
 _SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization)", re.IGNORECASE)
+# A flag whose last word names a secret: --api-key, --hf-token, --password; not --tokenizer
+# nor --max-num-batched-tokens, whose values are figures worth keeping.
+_SECRET_FLAG = re.compile(
+    r"^--?(?:[\w-]*[-_])?(?:api[-_]?key|key|token|secret|pass(?:word|wd)?|authorization)$",
+    re.IGNORECASE,
+)
 MASK = "***"
 
 
@@ -22,10 +28,30 @@ def scrub(value: Any) -> Any:
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [scrub(v) for v in value]
+        return _scrub_argv([scrub(v) for v in value])
     if isinstance(value, str):
         return _no_nul(value)
     return value
+
+
+def _scrub_argv(items: list[Any]) -> list[Any]:
+    """A command line's secrets: the word after a secret-looking flag (`--api-key sk-1`) and
+    the value of `--hf-token=hf_1`. Engines mask their argv already; this is the backstop."""
+    out: list[Any] = []
+    hide_next = False
+    for item in items:
+        if not isinstance(item, str):
+            out.append(item)
+            hide_next = False
+            continue
+        flag, sep, _ = item.partition("=")
+        secret_flag = bool(_SECRET_FLAG.match(flag))
+        if hide_next and not item.startswith("-"):
+            out.append(MASK)
+        else:
+            out.append(f"{flag}={MASK}" if sep and secret_flag else item)
+        hide_next = secret_flag and not sep
+    return out
 
 
 def _no_nul(text: str) -> str:

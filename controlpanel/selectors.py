@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, datetime
 from typing import Any
 
 import redis
 from django.conf import settings
+from django.core.paginator import Page
 from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
@@ -79,3 +81,37 @@ def audit_events(filters: AuditFilters) -> QuerySet[AuditEvent]:
 
 def audit_actions() -> list[str]:
     return list(AuditEvent.objects.order_by().values_list("action", flat=True).distinct())
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    event: AuditEvent
+    detail_json: str  # readable JSON of the detail, less the argv
+    argv: list[str] | None  # the engine command, word by word as the engine got it
+
+
+def audit_rows(page: Page[AuditEvent]) -> list[AuditRow]:
+    return [_audit_row(event) for event in page]
+
+
+def _audit_row(event: AuditEvent) -> AuditRow:
+    detail = event.detail if isinstance(event.detail, dict) else {"value": event.detail}
+    argv = detail.get("argv")
+    is_argv = isinstance(argv, list) and all(isinstance(a, str) for a in argv)
+    rest = {k: v for k, v in detail.items() if k != "argv"} if is_argv else detail
+    text = json.dumps(rest, indent=2, sort_keys=True, ensure_ascii=False) if rest else ""
+    return AuditRow(event, text, argv if is_argv else None)
+
+
+def audit_page(
+    *, since: datetime | None = None, until: datetime | None = None, after_id: int = 0, limit: int
+) -> list[AuditEvent]:
+    """Up to `limit` rows with an id past `after_id`, oldest first, created in [since, until):
+    keyset pages, as cheap at the millionth row as at the first (exports, the API).
+    `controlpanel.auditchain.records.record_of` turns a row into a plain record."""
+    rows = AuditEvent.objects.filter(id__gt=after_id).order_by("id")
+    if since:
+        rows = rows.filter(created_at__gte=since)
+    if until:
+        rows = rows.filter(created_at__lt=until)
+    return list(rows[:limit])

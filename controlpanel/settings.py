@@ -208,6 +208,8 @@ HUB_TIMEOUT_S = env.env_float("HUB_TIMEOUT_S", 10, low=0.5, high=300)
 HF_CACHE_TTL_S = env.env_int("HF_CACHE_TTL_S", 3600, low=0, high=30 * 86400)
 MODEL_ROOTS = [Path(p) for p in env.env_list("MODEL_ROOTS", str(VAR_DIR / "models"))]
 AUDIT_PROMPTS = env.env_bool("AUDIT_PROMPTS", False)
+# A copy of each new audit row to syslog: "/dev/log" or "host:port" (UDP); "" = none.
+AUDIT_SYSLOG_ADDRESS = env.env_str("AUDIT_SYSLOG_ADDRESS", "")
 PLAYGROUND_MAX_TOKENS = env.env_int("PLAYGROUND_MAX_TOKENS", 4096, low=1, high=1_000_000)
 PLAYGROUND_MAX_CONCURRENT = env.env_int("PLAYGROUND_MAX_CONCURRENT", 4, low=1, high=1000)
 # A /v1/ body past this is answered 413 before it is read (Content-Length) or as soon as it

@@ -11,6 +11,7 @@ from controlpanel.login_throttle import ThrottledAuthenticationForm
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("audit/", views.audit_list, name="audit"),
+    path("audit/export.<str:fmt>", views.audit_export, name="audit_export"),
     # Pages that do not extend base.html (the admin's) still get the icon browsers ask for.
     path(
         "favicon.ico",

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from controlpanel import selectors
+from controlpanel.audittrail import export
+from controlpanel.audittrail.checkpoint import chain_status
 from controlpanel.hosts import HostRetireError, host_retire
 from controlpanel.roles import Role, role_required
 from deployments.lifecycle.selectors import active_rows
@@ -28,8 +31,30 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 def audit_list(request: HttpRequest) -> HttpResponse:
     filters = selectors.AuditFilters.from_query(request.GET)
     page = Paginator(selectors.audit_events(filters), 50).get_page(request.GET.get("page"))
-    context = {"page": page, "filters": filters, "actions": selectors.audit_actions()}
+    context = {
+        "page": page,
+        "rows": selectors.audit_rows(page),
+        "filters": filters,
+        "actions": selectors.audit_actions(),
+        "chain": chain_status(now=timezone.now()),
+    }
     return render(request, "controlpanel/audit.html", context)
+
+
+@role_required(Role.ADMIN)
+def audit_export(request: HttpRequest, fmt: str) -> HttpResponse | StreamingHttpResponse:
+    if fmt not in export.FORMATS:
+        raise Http404("The audit trail exports as .csv or .jsonl.")
+    try:
+        span = export.TimeRange.from_query(request.GET)
+    except export.BadRange as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    response = StreamingHttpResponse(
+        export.export_lines(fmt, span), content_type=export.FORMATS[fmt]
+    )
+    name = f"shardboard-audit-{span.slug()}.{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
 
 
 @require_POST

@@ -72,3 +72,16 @@ def test_a_nul_in_the_detail_is_spelled_out_not_lost(admin_user) -> None:
     )
     event.refresh_from_db()
     assert event.detail == {"k\\x00": ["v\\x00", {"n": "\\x00"}]}
+
+
+def test_secrets_in_a_command_line_are_masked_and_figures_kept(admin_user) -> None:
+    argv = [
+        "vllm", "serve", "m", "--api-key", "sk-1", "--hf-token=hf_2", "--password", "p3",
+        "--max-num-batched-tokens", "8192", "--tokenizer", "t", "--token", "-x",
+    ]  # fmt: skip
+    event = audit_record(actor=admin_user, action="x", detail={"argv": argv})
+    assert event.detail["argv"] == [
+        "vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "--password", "***",
+        "--max-num-batched-tokens", "8192", "--tokenizer", "t", "--token", "-x",
+    ]  # fmt: skip
+    assert not {"sk-1", "hf_2", "p3"} & set(str(event.detail).split("'"))

@@ -39,6 +39,7 @@ RANK = {"anonymous": 0, "outsider": 0, "viewer": 1, "operator": 2, "admin": 3}
 EXPECTED: dict[str, str] = {
     "": "viewer",
     "audit/": "admin",
+    "audit/export.<str:fmt>": "admin",
     "favicon.ico": "public",
     "hosts/<str:name>/retire/": "admin",
     "accounts/login/": "public",
@@ -124,7 +125,10 @@ class World:
         if route.regex_groups:  # the admin site's app index and catch-all
             filled = re.sub(r"\(\?P<(\w+)>[^)]*\)", lambda m: REGEX_FILL[m[1]], route.route)
             return "/" + filled.replace("^", "").replace("$", "")
-        special = {"models/<str:org>/<str:name>/": f"models/{QWEN}/"}
+        special = {
+            "models/<str:org>/<str:name>/": f"models/{QWEN}/",
+            "audit/export.<str:fmt>": "audit/export.csv",
+        }
         filled = special.get(route.route) or re.sub(
             r"<(?:\w+:)?(\w+)>", lambda m: str(self.fill[m[1]]), route.route
         )
