@@ -78,6 +78,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
             pp_rank=stage,
             block_size=s.block_size,
             element_bytes=s.kv_element_bytes,
+            rules=s.kv_rules,
         )
         need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
         room = mem.kv_cache_bytes - need - band(s.profile, mem).kv_bytes
@@ -158,6 +159,7 @@ def comfortable_length(spec: ModelSpec, s: Settings, layout: LayoutMemory, *, re
             pp_rank=stage,
             block_size=s.block_size,
             element_bytes=s.kv_element_bytes,
+            rules=s.kv_rules,
         )
         room = (mem.kv_cache_bytes - band(s.profile, mem).kv_bytes) // max(requests, 1)
         best = min(best, kv.longest_fitting_len(room, s.max_num_batched_tokens))

@@ -100,7 +100,13 @@ def _rank(
     used = weights + act + other + graphs + max(kv, 0)
     mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget)
     kv_layout = stage_kv(
-        spec, tp=tp, pp=pp, pp_rank=stage, block_size=s.block_size, element_bytes=s.kv_element_bytes
+        spec,
+        tp=tp,
+        pp=pp,
+        pp_rank=stage,
+        block_size=s.block_size,
+        element_bytes=s.kv_element_bytes,
+        rules=s.kv_rules,
     )
     return mem, kv_layout
 
@@ -165,7 +171,7 @@ def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
 
 
 def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
-    if len(kv.groups) <= 1 or not s.profile.hybrid_tokens_from_concurrency:
+    if not kv.reports_from_concurrency or not s.profile.hybrid_tokens_from_concurrency:
         return kv.tokens(blocks)
     per_request = kv.request_bytes(max_len, s.max_num_batched_tokens)
     return int(blocks * kv.block_bytes / per_request * max_len) if per_request else 0

@@ -140,7 +140,13 @@ def _rank_need(
     graphs = mem.cuda_graph_bytes if s.profile.cuda_graphs_in_budget else 0
     fixed = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes + graphs
     kv = stage_kv(
-        spec, tp=tp, pp=pp, pp_rank=stage, block_size=s.block_size, element_bytes=s.kv_element_bytes
+        spec,
+        tp=tp,
+        pp=pp,
+        pp_rank=stage,
+        block_size=s.block_size,
+        element_bytes=s.kv_element_bytes,
+        rules=s.kv_rules,
     )
     load_bytes = load * kv.request_bytes(s.max_model_len, s.max_num_batched_tokens)
     # At least the planner's own error band (margin.py, taken at the probe's larger budget), so

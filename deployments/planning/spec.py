@@ -9,6 +9,7 @@ from typing import Any
 from . import config_fields as cf
 from . import quant as quant_mod
 from .errors import ModelSpecError
+from .layers import LayerPlan, layer_plan
 from .quant import QuantSpec
 from .units import canonical_dtype
 from .vision import vision_parameters
@@ -87,6 +88,7 @@ class ModelSpec:
     quant: QuantSpec | None = None
     vision_parameters: int = 0
     architectures: tuple[str, ...] = ()
+    layer_plan: LayerPlan | None = None  # per-layer caches (None: from the flags above)
 
     @classmethod
     def from_config(
@@ -206,6 +208,17 @@ def _with_extras(
     qc = config.get("quantization_config") or text.get("quantization_config")
     vision = st.vision_parameters if st is not None else vision_parameters(config, spec.hidden_size)
     rotary = mla.qk_rope_head_dim if mla else cf.rotary_dim(text, spec.head_dim)
+    sliding = cf.sliding(text, spec.model_type, spec.num_layers)
+    plan = layer_plan(
+        text,
+        model_type=spec.model_type,
+        num_layers=spec.num_layers,
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        mla_latent=mla.latent_size if mla else 0,
+        sliding=sliding["sliding_layers"],
+        sliding_window=sliding["sliding_window"],
+    )
     return replace(
         spec,
         moe=moe,
@@ -216,7 +229,8 @@ def _with_extras(
         rotary_dim=rotary,
         rope_cache_len=cf.rope_cache_len(text),
         rope_caches=2 if spec.model_type in ("gemma3", "gemma3_text") else 1,
-        **cf.sliding(text, spec.model_type, spec.num_layers),
+        layer_plan=plan,
+        **sliding,
     )
 
 

@@ -1,0 +1,227 @@
+"""vLLM's hybrid KV-cache manager for one pipeline stage on one TP rank: per-layer cache specs,
+one shared page size (Mamba state padded, attention block sizes raised), layers grouped by kind
+into equal-sized groups, and what one request at ``max_model_len`` claims from the shared pool.
+
+Rules from vLLM 0.33: v1/core/kv_cache_planning.py (unify_kv_cache_spec_page_size,
+_get_kv_cache_groups_uniform_page_size, _max_memory_usage_bytes_from_groups),
+v1/core/kv_cache_utils.py (get_max_concurrency_for_kv_cache_config), v1/kv_cache_interface.py
+(max_memory_usage_bytes of each spec), platforms/interface.py (_align_hybrid_block_size). Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .layers import STATE_KINDS, Kind, LayerCache
+from .units import cdiv
+
+MAX_SEARCH_LEN = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class KvRules:
+    """What the target vLLM version and flags decide about the KV-cache manager."""
+
+    group_ratio: float = 1.5  # bucket sizes within this ratio share the larger group size
+    extra_in_flight_batches: int = 1  # async scheduling keeps pp + 1 batches in flight
+    mamba_align: bool = True  # prefix caching on: a Mamba layer holds 2 + checkpoint states
+    chunked_hybrid: bool = False  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    dcp: int = 1  # --decode-context-parallel-size
+    state_dtype_bytes: int = 2  # the model dtype, for states that follow it
+
+
+def rules_for(version: tuple[int, int, int], *, dtype_bytes: int, dcp: int = 1) -> KvRules:
+    """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules."""
+    new = version >= (0, 33, 0)
+    return KvRules(
+        group_ratio=1.5 if new else 1.25,
+        extra_in_flight_batches=1 if new else 0,
+        mamba_align=new,
+        dcp=dcp,
+        state_dtype_bytes=dtype_bytes,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """One layer's cache after page unification."""
+
+    kind: Kind
+    page_bytes: int
+    block_size: int
+    window: int = 0
+
+    def pages(self, max_len: int, in_flight: int, rules: KvRules) -> int:
+        """Blocks one request of ``max_len`` holds in this layer (max_memory_usage_bytes)."""
+        if self.kind in STATE_KINDS:
+            # 0.33 align mode: the running state, the previous block's, one prefill checkpoint
+            return 3 if rules.mamba_align else 1
+        if self.kind is Kind.SLIDING:
+            return cdiv(min(self.window - 1 + in_flight, max_len), self.block_size) + 1
+        if self.kind is Kind.CHUNKED:
+            return cdiv(min(self.window + in_flight, max_len), self.block_size)
+        return cdiv(cdiv(max_len, rules.dcp), self.block_size)
+
+
+@dataclass(frozen=True, slots=True)
+class StageKv:
+    """KV layout of one stage on one rank: its groups share one pool of equal-sized blocks."""
+
+    specs: tuple[CacheSpec, ...]  # one per cached layer of the stage
+    group_specs: tuple[CacheSpec, ...]  # one per KV-cache group
+    group_size: int  # layer slots per group (the last group of a kind may be padding)
+    rules: KvRules = field(default_factory=KvRules)
+    pp: int = 1
+
+    @property
+    def page_bytes(self) -> int:
+        """The one page size every layer shares."""
+        return self.specs[0].page_bytes if self.specs else 0
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the full-attention layers (the reported unit)."""
+        sizes = [s.block_size for s in self.specs if s.kind not in STATE_KINDS]
+        return min(sizes, default=0)
+
+    @property
+    def groups(self) -> list[int]:
+        """Layers in each KV-cache group (a padded group counts its real layers)."""
+        out = []
+        for spec in dict.fromkeys(self.group_specs):
+            n = sum(1 for s in self.specs if s == spec)
+            out += [min(self.group_size, n - i) for i in range(0, n, self.group_size)]
+        return out
+
+    def count(self, kind: Kind) -> int:
+        """Layers of ``kind`` on this stage."""
+        return sum(1 for s in self.specs if s.kind is kind)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block id costs: a page in every layer slot of a group."""
+        return self.page_bytes * self.group_size
+
+    @property
+    def reports_from_concurrency(self) -> bool:
+        """vLLM's token figure differs from blocks × block size (hybrid groups, DCP)."""
+        return len(self.group_specs) > 1 or self.rules.dcp > 1
+
+    def num_blocks(self, available_bytes: int) -> int:
+        """Whole blocks that fit in the KV memory of this rank."""
+        if available_bytes <= 0 or self.block_bytes == 0:
+            return 0
+        return available_bytes // self.block_bytes
+
+    def tokens(self, num_blocks: int) -> int:
+        """Tokens as versions before 0.21 printed them: blocks per group × block size."""
+        return num_blocks // max(1, len(self.group_specs)) * self.block_size
+
+    def request_pages(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Blocks one request of ``max_model_len`` takes from the pool, over all groups."""
+        extra = self.rules.extra_in_flight_batches
+        in_flight = max_num_batched_tokens * (self.pp + extra if extra else 1)
+        return sum(g.pages(max_model_len, in_flight, self.rules) for g in self.group_specs)
+
+    def request_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """KV memory one request of ``max_model_len`` needs (vLLM's max_memory_usage_bytes)."""
+        return self.block_bytes * self.request_pages(max_model_len, max_num_batched_tokens)
+
+    def longest_fitting_len(self, available_bytes: int, max_num_batched_tokens: int) -> int:
+        """Binary search, like vLLM's estimate of the max model length that fits."""
+        low, high = 0, MAX_SEARCH_LEN
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.request_bytes(mid, max_num_batched_tokens) <= available_bytes:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """Per-rank sizes the specs are built from."""
+
+    tp: int
+    block_size: int
+    element_bytes: int  # KV cache element
+    state_bytes: int  # one linear/Mamba layer's state per sequence (0: none)
+
+
+def stage_layout(
+    caches: Iterable[LayerCache], geo: Geometry, rules: KvRules, *, pp: int = 1
+) -> StageKv:
+    """Group the caches of one stage the way vLLM's KV-cache manager does."""
+    cache_list = [_promoted(c, rules) for c in caches]
+    attn = [c for c in cache_list if c.kind not in STATE_KINDS]
+    block = _block_size(attn, geo, any(c.kind in STATE_KINDS for c in cache_list))
+    raw = [_raw_spec(c, geo, block) for c in cache_list]
+    if not raw:
+        return StageKv((), (), 0, rules, pp)
+    specs = _unified(raw)
+    group_specs, size = _grouped(specs, rules.group_ratio)
+    return StageKv(tuple(specs), group_specs, size, rules, pp)
+
+
+def _promoted(cache: LayerCache, rules: KvRules) -> LayerCache:
+    """Chunked layers are cached at full length while vLLM keeps the hybrid manager off for
+    them (its default: a latency regression with chunked local attention)."""
+    if cache.kind is Kind.CHUNKED and (not rules.chunked_hybrid or not cache.window):
+        return LayerCache(Kind.FULL, cache.kv_heads, cache.head_dim)
+    return cache
+
+
+def per_token_bytes(cache: LayerCache, tp: int, element_bytes: int) -> int:
+    """One token of one layer on one rank: K and V (MLA: the latent, not split over TP)."""
+    if cache.kind is Kind.MLA:
+        return cache.head_dim * element_bytes
+    return max(1, cache.kv_heads // tp) * cache.head_dim * 2 * element_bytes
+
+
+def _block_size(attn: list[LayerCache], geo: Geometry, has_state: bool) -> int:
+    """_align_hybrid_block_size: raise the attention block until its page holds a state."""
+    if not (has_state and attn and geo.state_bytes):
+        return geo.block_size
+    one = per_token_bytes(attn[0], geo.tp, geo.element_bytes)
+    align = max(16, geo.block_size)
+    if attn[0].kind is Kind.MLA:
+        align = max(align, 128)
+    needed = align * cdiv(geo.state_bytes, align * one)
+    return max(geo.block_size, 16 * cdiv(needed, 16))
+
+
+def _raw_spec(cache: LayerCache, geo: Geometry, block: int) -> CacheSpec:
+    if cache.kind in STATE_KINDS:
+        return CacheSpec(cache.kind, geo.state_bytes, block)
+    page = block * per_token_bytes(cache, geo.tp, geo.element_bytes)
+    return CacheSpec(cache.kind, page, block, cache.window)
+
+
+def _unified(specs: list[CacheSpec]) -> list[CacheSpec]:
+    """unify_kv_cache_spec_page_size: smaller pages grow their block size when they divide
+    the largest page, else (Mamba state, odd attention pages) are padded to it."""
+    top = max(s.page_bytes for s in specs)
+    out = []
+    for s in specs:
+        if s.page_bytes == top:
+            out.append(s)
+        elif s.kind not in STATE_KINDS and s.page_bytes and top % s.page_bytes == 0:
+            out.append(CacheSpec(s.kind, top, s.block_size * (top // s.page_bytes), s.window))
+        else:
+            out.append(CacheSpec(s.kind, top, s.block_size, s.window))
+    return out
+
+
+def _grouped(specs: list[CacheSpec], ratio: float) -> tuple[tuple[CacheSpec, ...], int]:
+    """_get_kv_cache_groups_uniform_page_size: one group size for every kind (the smallest
+    kind's count, or the largest when they are close), each kind split into that many slots."""
+    buckets: dict[CacheSpec, int] = {}
+    for s in specs:
+        buckets[s] = buckets.get(s, 0) + 1
+    if len(buckets) == 1:
+        return tuple(buckets), len(specs)
+    smallest, largest = min(buckets.values()), max(buckets.values())
+    size = largest if largest < smallest * ratio else smallest
+    groups = tuple(s for s, n in buckets.items() for _ in range(cdiv(n, size)))
+    return groups, size
