@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens", type=int)
     parser.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float)
     parser.add_argument("--block-size", dest="block_size", type=int)
+    parser.add_argument(
+        "--decode-context-parallel-size",
+        dest="decode_context_parallel_size",
+        type=int,
+        help="split each request's KV cache over this many of the TP ranks (vLLM's DCP)",
+    )
     parser.add_argument("--vllm-version", dest="vllm_version", default="0.33.0")
     parser.add_argument(
         "--concurrency",
@@ -89,6 +95,7 @@ def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
         max_num_batched_tokens=options.get("max_num_batched_tokens"),
         gpu_memory_utilization=options.get("gpu_memory_utilization"),
         block_size=options.get("block_size"),
+        decode_context_parallel_size=options.get("decode_context_parallel_size"),
         vllm_version=options.get("vllm_version") or planning.DEFAULT_VLLM_VERSION,
         concurrency=options.get("concurrency"),
         goal=options.get("goal") or "balanced",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .contextpar import dcp_errors
 from .request import Settings
 from .spec import ModelSpec
 
@@ -35,7 +36,7 @@ def _config_errors(spec: ModelSpec, tp: int, pp: int, s: Settings) -> list[str]:
             f"Pipeline parallel size ({pp}) is larger than the number of hidden layers "
             f"({spec.num_layers})."
         )
-    return errors
+    return errors + dcp_errors(spec, tp, s.kv_rules.dcp)
 
 
 def _shard_errors(spec: ModelSpec, tp: int, s: Settings) -> list[str | None]:

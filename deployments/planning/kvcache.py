@@ -57,7 +57,7 @@ def stage_kv(
     plan = layer_plan_of(spec)
     layers = pp_layer_ranges(spec.num_layers, pp)[pp_rank]
     state = plan.state.bytes_per_sequence(tp, rules.state_dtype_bytes) if plan.state else 0
-    geo = Geometry(tp, block_size, element_bytes, state)
+    geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla)
     caches = [c for i in layers for c in plan.caches[i]]
     return stage_layout(caches, geo, rules, pp=pp)
 

@@ -28,9 +28,12 @@ class KvRules:
     chunked_hybrid: bool = False  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     dcp: int = 1  # --decode-context-parallel-size
     state_dtype_bytes: int = 2  # the model dtype, for states that follow it
+    ds_mla: bool = False  # --kv-cache-dtype fp8_ds_mla: 656 bytes per latent
 
 
-def rules_for(version: tuple[int, int, int], *, dtype_bytes: int, dcp: int = 1) -> KvRules:
+def rules_for(
+    version: tuple[int, int, int], *, dtype_bytes: int, dcp: int = 1, kv_cache_dtype: str = "auto"
+) -> KvRules:
     """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules."""
     new = version >= (0, 33, 0)
     return KvRules(
@@ -39,6 +42,7 @@ def rules_for(version: tuple[int, int, int], *, dtype_bytes: int, dcp: int = 1) 
         mamba_align=new,
         dcp=dcp,
         state_dtype_bytes=dtype_bytes,
+        ds_mla=kv_cache_dtype == "fp8_ds_mla",
     )
 
 
@@ -147,6 +151,7 @@ class Geometry:
     block_size: int
     element_bytes: int  # KV cache element
     state_bytes: int  # one linear/Mamba layer's state per sequence (0: none)
+    ds_mla: bool = False
 
 
 def stage_layout(
@@ -172,10 +177,14 @@ def _promoted(cache: LayerCache, rules: KvRules) -> LayerCache:
     return cache
 
 
-def per_token_bytes(cache: LayerCache, tp: int, element_bytes: int) -> int:
+FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 4 fp32 scales + 64 bf16 rope (MLAAttentionSpec)
+
+
+def per_token_bytes(cache: LayerCache, tp: int, element_bytes: int, *, ds_mla: bool = False) -> int:
     """One token of one layer on one rank: K and V (MLA: the latent, not split over TP)."""
     if cache.kind is Kind.MLA:
-        return cache.head_dim * element_bytes
+        latent = FP8_DS_MLA_BYTES if ds_mla else cache.head_dim * element_bytes
+        return latent + cache.indexer_bytes
     return max(1, cache.kv_heads // tp) * cache.head_dim * 2 * element_bytes
 
 
@@ -183,7 +192,7 @@ def _block_size(attn: list[LayerCache], geo: Geometry, has_state: bool) -> int:
     """_align_hybrid_block_size: raise the attention block until its page holds a state."""
     if not (has_state and attn and geo.state_bytes):
         return geo.block_size
-    one = per_token_bytes(attn[0], geo.tp, geo.element_bytes)
+    one = per_token_bytes(attn[0], geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
     align = max(16, geo.block_size)
     if attn[0].kind is Kind.MLA:
         align = max(align, 128)
@@ -194,7 +203,7 @@ def _block_size(attn: list[LayerCache], geo: Geometry, has_state: bool) -> int:
 def _raw_spec(cache: LayerCache, geo: Geometry, block: int) -> CacheSpec:
     if cache.kind in STATE_KINDS:
         return CacheSpec(cache.kind, geo.state_bytes, block)
-    page = block * per_token_bytes(cache, geo.tp, geo.element_bytes)
+    page = block * per_token_bytes(cache, geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
     return CacheSpec(cache.kind, page, block, cache.window)
 
 

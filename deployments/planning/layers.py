@@ -35,6 +35,7 @@ class LayerCache:
     kv_heads: int = 0
     head_dim: int = 0
     window: int = 0
+    indexer_bytes: int = 0  # DeepSeek-V3.2's sparse-attention indexer keys per token (fp8 + scales)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,7 @@ def _cache(
     if kind in STATE_KINDS:
         return LayerCache(kind)
     if mla_latent:
-        return LayerCache(Kind.MLA, 1, mla_latent)
+        return LayerCache(Kind.MLA, 1, mla_latent, indexer_bytes=_indexer_bytes(cfg))
     if kind is Kind.SLIDING and window:
         return LayerCache(kind, kv_heads, head_dim, window)
     if kind is Kind.SLIDING:  # layer_types names a window that use_sliding_window turns off
@@ -131,6 +132,15 @@ def _cache(
     # Gemma 4: global layers have their own head width and KV heads.
     heads = int(cfg.get("num_global_key_value_heads") or kv_heads)
     return LayerCache(kind, heads, int(cfg.get("global_head_dim") or head_dim))
+
+
+def _indexer_bytes(cfg: Mapping[str, Any]) -> int:
+    """DeepseekV32IndexerCache: head_dim fp8 values plus a 4-byte scale per 128 of them; vLLM
+    packs it beside the latent in each block (block-outermost layout), so it adds per token."""
+    if not cfg.get("index_topk"):
+        return 0
+    head = cf.int_field(cfg, "index_head_dim", default=128)
+    return head + head // 128 * 4
 
 
 def _kv_shared(cfg: Mapping[str, Any], num_layers: int) -> range:

@@ -123,6 +123,7 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
             profile.version,
             dtype_bytes=dtype_bytes(dtype),
             dcp=req.decode_context_parallel_size or 1,
+            kv_cache_dtype=req.kv_cache_dtype,
         ),
     )
 
