@@ -139,6 +139,9 @@ def plan_panel(
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
         payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
+        payload["plan"]["layer_notes"] = list(
+            planning.layer_notes(spec, tp=chosen.tensor_parallel_size)
+        )
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)
     payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)

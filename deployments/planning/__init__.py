@@ -26,6 +26,7 @@ from .errors import InventorySpecError, ModelSpecError, PlanningError
 from .inventory import Gpu, Host, Inventory, parse_gpus
 from .kvcache import kv_bytes_per_token
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
+from .notes import layer_notes
 from .plans import GpuRef, Plan, PlanResult
 from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
 from .result import plan_details, plan_to_json, result_to_json
@@ -75,6 +76,7 @@ __all__ = [
     "Settings",
     "estimate_layout",
     "kv_bytes_per_token",
+    "layer_notes",
     "parse_gpus",
     "plan",
     "plan_details",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .activation import activation_bytes, cuda_graph_bytes, non_torch_bytes
 from .checks import layout_errors
@@ -79,7 +79,9 @@ def evaluate_layout(
     for r, total in enumerate(gpu_totals):
         if (r // tp, total) not in cache:
             cache[r // tp, total] = _rank(spec, s, tp, pp, r // tp, total, nvlink)
-    return _judge(s, tp, pp, [cache[r // tp, t] for r, t in enumerate(gpu_totals)])
+    judged = _judge(s, tp, pp, [cache[r // tp, t] for r, t in enumerate(gpu_totals)])
+    guessed = spec.layer_plan.warnings if spec.layer_plan is not None else ()
+    return replace(judged, warnings=judged.warnings + guessed) if guessed else judged
 
 
 def _empty(total: int, s: Settings) -> GpuMemory:
@@ -132,8 +134,6 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
 def _clamped(mem: GpuMemory) -> GpuMemory:
     if mem.kv_cache_bytes >= 0:
         return mem
-    from dataclasses import replace
-
     return replace(mem, kv_cache_bytes=0)
 
 
