@@ -11,14 +11,15 @@ FP4_METHODS = frozenset({"mxfp4", "gpt_oss_mxfp4", "modelopt", "modelopt_fp4", "
 
 
 def model_family(spec: ModelSpec) -> str:
-    """The first family in FAMILIES' reverse order that the model belongs to."""
+    """The family whose rules move the model's memory most: hybrid layers, then FP4 weights,
+    then a vision encoder, then windows, MLA and experts."""
     kinds = spec.layer_plan.kinds() if spec.layer_plan is not None else frozenset()
-    if spec.vision_parameters:
-        return "VLM"
-    if spec.quant is not None and spec.quant.method.lower() in FP4_METHODS:
-        return "MXFP4/NVFP4"
     if kinds & STATE_KINDS:
         return "hybrid"
+    if spec.quant is not None and spec.quant.method.lower() in FP4_METHODS:
+        return "MXFP4/NVFP4"
+    if spec.vision_parameters:
+        return "VLM"
     if Kind.SLIDING in kinds or Kind.CHUNKED in kinds or any(spec.sliding_layers):
         return "sliding window"
     if spec.mla is not None:

@@ -46,6 +46,8 @@ class LayerPlan:
     caches: tuple[tuple[LayerCache, ...], ...]
     state: LinearState | None = None
     warnings: tuple[str, ...] = ()
+    blocks: str = ""  # hybrid_override_pattern: each layer is one of M, *, - or E alone
+    gated_attention: bool = False  # Qwen3-Next / Qwen3.5: q_proj also emits an output gate
 
     def kinds(self) -> frozenset[Kind]:
         """Every kind of cache the model keeps."""
@@ -104,7 +106,10 @@ def layer_plan(
         )
         for i, layer_kinds in enumerate(kinds)
     )
-    return LayerPlan(caches, state, tuple(warnings))
+    pattern = cfg.get("hybrid_override_pattern")
+    blocks = pattern if isinstance(pattern, str) and len(pattern) == num_layers else ""
+    gated = bool(cfg.get("attn_output_gate", model_type == "qwen3_next"))
+    return LayerPlan(caches, state, tuple(warnings), blocks, gated)
 
 
 def _has_state(kinds: Sequence[tuple[Kind, ...]]) -> bool:

@@ -133,6 +133,7 @@ BOUNDS = {
 }
 NON_GATED = frozenset(
     {"phi", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode", "opt", "bloom", "gptj"}
+    | {"nemotron_h"}  # relu² up/down MLPs and experts
 )
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "falcon"})
 FOUR_NORMS = frozenset({"gemma2", "gemma3", "gemma3_text"})
@@ -271,7 +272,8 @@ def _moe(cfg: Mapping[str, Any], layers: int) -> tuple[MoeSpec | None, tuple[boo
     if experts <= 1:
         return None, ()
     inter = cf.int_field(cfg, "moe_intermediate_size", "intermediate_size")
-    shared = int(cfg.get("n_shared_experts") or 0) * inter
+    shared_inter = int(cfg.get("moe_shared_expert_intermediate_size") or inter)  # Nemotron-H
+    shared = int(cfg.get("n_shared_experts") or 0) * shared_inter
     shared = shared or int(cfg.get("shared_expert_intermediate_size") or 0)
     moe = MoeSpec(
         num_experts=experts,

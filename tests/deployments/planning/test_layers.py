@@ -5,6 +5,7 @@ import pytest
 from deployments.planning import ModelSpec
 from deployments.planning.families import model_family
 from deployments.planning.layers import Kind
+from deployments.planning.weights import Shard, rank_weights_bytes
 from tests.support.planning import LLAMA_8B, fixture_config
 
 QWEN3_NEXT = "Qwen--Qwen3-Next-80B-A3B-Thinking"
@@ -145,3 +146,25 @@ def test_window_turned_off_is_full_attention():
     config = {**LLAMA_8B, "sliding_window": 4096, "use_sliding_window": False}
     config["layer_types"] = ["sliding_attention"] * 32
     assert ModelSpec.from_config(config).layer_plan.kinds() == {Kind.FULL}
+
+
+# (model, parameters the published model card gives, in billions)
+PARAMETERS = [
+    (NEMOTRON_NANO, 31.6),  # Mamba / attention / MoE layers each alone, relu² experts
+    (NEMOTRON_H, 56.0),
+    (QWEN3_NEXT, 80.0),  # Gated DeltaNet in 36 of 48 layers; MTP layer not loaded
+]
+
+
+@pytest.mark.parametrize(("name", "billions"), PARAMETERS)
+def test_hybrid_weights_match_the_model_card(name, billions):
+    spec = spec_of(name)
+    weights = rank_weights_bytes(spec, Shard(1, 1, 0, 2, None))
+    assert abs(weights / 2 / 1e9 - billions) / billions < 0.015
+
+
+def test_tp_splits_the_mamba_mixer():
+    spec = spec_of(NEMOTRON_H)
+    one = rank_weights_bytes(spec, Shard(1, 1, 0, 2, None))
+    eight = rank_weights_bytes(spec, Shard(8, 1, 0, 2, None))
+    assert one / 8 < eight < one / 7.5
