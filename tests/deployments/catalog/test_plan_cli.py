@@ -10,7 +10,7 @@ import pytest
 
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
 from deployments.catalog.plan_cli import PlanCliError, run_plan
-from tests.support.planning import LLAMA_8B
+from tests.support.planning import LLAMA_8B, fixture_config
 from tests.support.processes import ROOT
 
 PLAN_KEYS = {
@@ -123,6 +123,7 @@ def test_human_output_says_what_each_gpu_keeps_free(model_dir):
         {"gpus": "1x80GiB", "replicas": "0"},
         {"gpus": "1x80GiB", "replicas": "-2"},
         {"gpus": "1x80GiB", "placement": "diagonal"},
+        {"gpus": "1x80GiB", "decode_context_parallel_size": 0},
     ],
 )
 def test_bad_input_is_one_line(model_dir, options):
@@ -222,3 +223,16 @@ def test_call_command(model_dir):
     out = StringIO()
     call_command("plan", str(model_dir), gpus="1x80GiB", json=True, stdout=out)
     assert json.loads(out.getvalue())["plans"][0]["fits"] is True
+
+
+def test_decode_context_parallel_in_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(fixture_config("deepseek-ai--DeepSeek-V3")))
+    options = {"model": str(tmp_path), "gpus": "8x141GiB", "tp": 8, "max_model_len": 32768}
+    base = json.loads(run_plan({**options, "json": True}))["plans"][0]
+    dcp = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 4}))
+    plan = dcp["plans"][0]
+    assert plan["fits"]
+    assert plan["command"][plan["command"].index("--decode-context-parallel-size") + 1] == "4"
+    assert 3.9 < plan["kv_cache_tokens"] / base["kv_cache_tokens"] <= 4.0
+    refused = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 3}))
+    assert refused["plans"][0]["reasons"][0] == "tp_size=8 must be divisible by dcp_size=3."
