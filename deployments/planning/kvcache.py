@@ -3,7 +3,7 @@ grouping of hybrid models (sliding, chunked, linear attention, Mamba) is in kvgr
 
 from __future__ import annotations
 
-from .kvgroups import Geometry, KvRules, StageKv, per_token_bytes, stage_layout
+from .kvgroups import Geometry, KvRules, StageKv, counted, per_token_bytes, stage_layout
 from .layers import STATE_KINDS, Kind, LayerCache, LayerPlan
 from .spec import ModelSpec
 from .weights import pp_layer_ranges
@@ -58,7 +58,9 @@ def stage_kv(
     layers = pp_layer_ranges(spec.num_layers, pp)[pp_rank]
     state = plan.state.bytes_per_sequence(tp, rules.state_dtype_bytes) if plan.state else 0
     geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla)
-    caches = [c for i in layers for c in plan.caches[i]]
+    if plan.uniform is not None:
+        return stage_layout([(plan.uniform, len(layers))], geo, rules, pp=pp)
+    caches = counted(c for i in layers for c in plan.caches[i])
     return stage_layout(caches, geo, rules, pp=pp)
 
 

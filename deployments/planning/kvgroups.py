@@ -71,7 +71,7 @@ class CacheSpec:
 class StageKv:
     """KV layout of one stage on one rank: its groups share one pool of equal-sized blocks."""
 
-    specs: tuple[CacheSpec, ...]  # one per cached layer of the stage
+    specs: tuple[tuple[CacheSpec, int], ...]  # each distinct layer cache and how many layers
     group_specs: tuple[CacheSpec, ...]  # one per KV-cache group
     group_size: int  # layer slots per group (the last group of a kind may be padding)
     rules: KvRules = field(default_factory=KvRules)
@@ -80,26 +80,23 @@ class StageKv:
     @property
     def page_bytes(self) -> int:
         """The one page size every layer shares."""
-        return self.specs[0].page_bytes if self.specs else 0
+        return self.specs[0][0].page_bytes if self.specs else 0
 
     @property
     def block_size(self) -> int:
         """Tokens per block of the full-attention layers (the reported unit)."""
-        sizes = [s.block_size for s in self.specs if s.kind not in STATE_KINDS]
+        sizes = [s.block_size for s, _ in self.specs if s.kind not in STATE_KINDS]
         return min(sizes, default=0)
 
     @property
     def groups(self) -> list[int]:
         """Layers in each KV-cache group (a padded group counts its real layers)."""
-        out = []
-        for spec in dict.fromkeys(self.group_specs):
-            n = sum(1 for s in self.specs if s == spec)
-            out += [min(self.group_size, n - i) for i in range(0, n, self.group_size)]
-        return out
+        size = self.group_size
+        return [min(size, n - i) for _, n in self.specs for i in range(0, n, size)]
 
     def count(self, kind: Kind) -> int:
         """Layers of ``kind`` on this stage."""
-        return sum(1 for s in self.specs if s.kind is kind)
+        return sum(n for s, n in self.specs if s.kind is kind)
 
     @property
     def block_bytes(self) -> int:
@@ -154,19 +151,30 @@ class Geometry:
     ds_mla: bool = False
 
 
+def counted(caches: Iterable[LayerCache]) -> list[tuple[LayerCache, int]]:
+    """Each distinct cache with its number of layers, counted by identity: a LayerPlan shares
+    one object among equal caches, and the search runs this for every layout."""
+    counts: dict[int, int] = {}
+    objects: dict[int, LayerCache] = {}
+    for c in caches:
+        counts[id(c)] = counts.get(id(c), 0) + 1
+        objects[id(c)] = c
+    return [(objects[k], n) for k, n in counts.items()]
+
+
 def stage_layout(
-    caches: Iterable[LayerCache], geo: Geometry, rules: KvRules, *, pp: int = 1
+    caches: list[tuple[LayerCache, int]], geo: Geometry, rules: KvRules, *, pp: int = 1
 ) -> StageKv:
-    """Group the caches of one stage the way vLLM's KV-cache manager does."""
-    cache_list = [_promoted(c, rules) for c in caches]
-    attn = [c for c in cache_list if c.kind not in STATE_KINDS]
-    block = _block_size(attn, geo, any(c.kind in STATE_KINDS for c in cache_list))
-    raw = [_raw_spec(c, geo, block) for c in cache_list]
+    """Group the caches of one stage (each with its layer count) as vLLM's manager does."""
+    promoted = [(_promoted(c, rules), n) for c, n in caches]
+    attn = [c for c, _ in promoted if c.kind not in STATE_KINDS]
+    block = _block_size(attn, geo, any(c.kind in STATE_KINDS for c, _ in promoted))
+    raw = [(_raw_spec(c, geo, block), n) for c, n in promoted]
     if not raw:
         return StageKv((), (), 0, rules, pp)
-    specs = _unified(raw)
+    specs = _merged(_unified(raw))
     group_specs, size = _grouped(specs, rules.group_ratio)
-    return StageKv(tuple(specs), group_specs, size, rules, pp)
+    return StageKv(specs, group_specs, size, rules, pp)
 
 
 def _promoted(cache: LayerCache, rules: KvRules) -> LayerCache:
@@ -207,30 +215,39 @@ def _raw_spec(cache: LayerCache, geo: Geometry, block: int) -> CacheSpec:
     return CacheSpec(cache.kind, page, block, cache.window)
 
 
-def _unified(specs: list[CacheSpec]) -> list[CacheSpec]:
+def _unified(specs: list[tuple[CacheSpec, int]]) -> list[tuple[CacheSpec, int]]:
     """unify_kv_cache_spec_page_size: smaller pages grow their block size when they divide
     the largest page, else (Mamba state, odd attention pages) are padded to it."""
-    top = max(s.page_bytes for s in specs)
+    top = max(s.page_bytes for s, _ in specs)
     out = []
-    for s in specs:
+    for s, n in specs:
         if s.page_bytes == top:
-            out.append(s)
+            out.append((s, n))
         elif s.kind not in STATE_KINDS and s.page_bytes and top % s.page_bytes == 0:
-            out.append(CacheSpec(s.kind, top, s.block_size * (top // s.page_bytes), s.window))
+            grown = CacheSpec(s.kind, top, s.block_size * (top // s.page_bytes), s.window)
+            out.append((grown, n))
         else:
-            out.append(CacheSpec(s.kind, top, s.block_size, s.window))
+            out.append((CacheSpec(s.kind, top, s.block_size, s.window), n))
     return out
 
 
-def _grouped(specs: list[CacheSpec], ratio: float) -> tuple[tuple[CacheSpec, ...], int]:
+def _merged(specs: list[tuple[CacheSpec, int]]) -> tuple[tuple[CacheSpec, int], ...]:
+    """Layers whose caches became identical share a bucket (e.g. heads that differ only
+    before the page is unified)."""
+    counts: dict[CacheSpec, int] = {}
+    for s, n in specs:
+        counts[s] = counts.get(s, 0) + n
+    return tuple(counts.items())
+
+
+def _grouped(
+    specs: tuple[tuple[CacheSpec, int], ...], ratio: float
+) -> tuple[tuple[CacheSpec, ...], int]:
     """_get_kv_cache_groups_uniform_page_size: one group size for every kind (the smallest
     kind's count, or the largest when they are close), each kind split into that many slots."""
-    buckets: dict[CacheSpec, int] = {}
-    for s in specs:
-        buckets[s] = buckets.get(s, 0) + 1
-    if len(buckets) == 1:
-        return tuple(buckets), len(specs)
-    smallest, largest = min(buckets.values()), max(buckets.values())
+    if len(specs) == 1:
+        return (specs[0][0],), specs[0][1]
+    smallest, largest = min(n for _, n in specs), max(n for _, n in specs)
     size = largest if largest < smallest * ratio else smallest
-    groups = tuple(s for s, n in buckets.items() for _ in range(cdiv(n, size)))
+    groups = tuple(s for s, n in specs for _ in range(cdiv(n, size)))
     return groups, size

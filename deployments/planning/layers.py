@@ -49,6 +49,14 @@ class LayerPlan:
     blocks: str = ""  # hybrid_override_pattern: each layer is one of M, *, - or E alone
     gated_attention: bool = False  # Qwen3-Next / Qwen3.5: q_proj also emits an output gate
 
+    @property
+    def uniform(self) -> LayerCache | None:
+        """The one cache every layer holds, when they all hold the same single one."""
+        first = self.caches[0] if self.caches else ()
+        if len(first) != 1 or any(layer != first for layer in self.caches):
+            return None
+        return first[0]
+
     def kinds(self) -> frozenset[Kind]:
         """Every kind of cache the model keeps."""
         return frozenset(c.kind for layer in self.caches for c in layer)
@@ -98,13 +106,17 @@ def layer_plan(
             "knows; their per-sequence state is left out of the KV estimate"
         )
     shared = _kv_shared(cfg, num_layers)
+    made: dict[LayerCache, LayerCache] = {}  # one object per distinct cache (kvgroups counts ids)
     caches = tuple(
         ()
         if i in shared
         else tuple(
-            _cache(cfg, k, kv_heads, head_dim, mla_latent, sliding_window) for k in layer_kinds
+            made.setdefault(c, c)
+            for c in (
+                _cache(cfg, k, kv_heads, head_dim, mla_latent, sliding_window) for k in kinds_i
+            )
         )
-        for i, layer_kinds in enumerate(kinds)
+        for i, kinds_i in enumerate(kinds)
     )
     pattern = cfg.get("hybrid_override_pattern")
     blocks = pattern if isinstance(pattern, str) and len(pattern) == num_layers else ""

@@ -63,7 +63,7 @@ def test_groups_and_block_size(name, tp, block, groups):
     kv = layout(name, tp)
     assert kv.block_size == block
     assert kv.groups == groups
-    assert len({s.page_bytes for s in kv.specs}) == 1
+    assert len({s.page_bytes for s, _ in kv.specs}) == 1
 
 
 def test_mamba_page_padded_to_the_attention_page():
@@ -75,8 +75,8 @@ def test_mamba_page_padded_to_the_attention_page():
 
 def test_gemma4_global_block_grows_to_match_the_page():
     kv = layout(GEMMA4)
-    full = next(s for s in kv.specs if s.kind is Kind.FULL)
-    local = next(s for s in kv.specs if s.kind is Kind.SLIDING)
+    full = next(s for s, _ in kv.specs if s.kind is Kind.FULL)
+    local = next(s for s, _ in kv.specs if s.kind is Kind.SLIDING)
     assert (full.block_size, local.block_size) == (32, 16)
     assert full.page_bytes == local.page_bytes == 16 * 8 * 256 * 2 * 2
 
