@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 
 from .activation import activation_bytes, cuda_graph_bytes, non_torch_bytes
 from .checks import layout_errors
-from .kvcache import StageKv, stage_kv
-from .request import Settings
+from .kvcache import StageKv
+from .request import Settings, settings_kv
 from .spec import ModelSpec
 from .units import GIB, gib
 from .weights import Shard, rank_weights_bytes
@@ -101,15 +101,7 @@ def _rank(
     kv = budget - weights - act - other - in_budget
     used = weights + act + other + graphs + max(kv, 0)
     mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget)
-    kv_layout = stage_kv(
-        spec,
-        tp=tp,
-        pp=pp,
-        pp_rank=stage,
-        block_size=s.block_size,
-        element_bytes=s.kv_element_bytes,
-        rules=s.kv_rules,
-    )
+    kv_layout = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     return mem, kv_layout
 
 

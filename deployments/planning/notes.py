@@ -4,7 +4,7 @@ transformer of the same size (per-sequence states, windows, chunks, latents). Pu
 from __future__ import annotations
 
 from .kvcache import layer_plan_of
-from .layers import Kind, LayerPlan
+from .layers import Kind, LayerCache, LayerPlan
 from .spec import ModelSpec
 from .units import MIB
 
@@ -15,8 +15,8 @@ def layer_notes(spec: ModelSpec, *, tp: int = 1, dtype_bytes: int = 2) -> tuple[
     layers = spec.num_layers
     notes = [
         _state_note(plan, layers, tp, dtype_bytes),
-        _window_note(plan, layers),
-        _chunk_note(plan, layers),
+        _window_note(plan, layers, Kind.SLIDING),
+        _window_note(plan, layers, Kind.CHUNKED),
         _mla_note(plan, layers),
         _shared_note(plan, layers),
     ]
@@ -39,30 +39,33 @@ def _state_note(plan: LayerPlan, layers: int, tp: int, dtype_bytes: int) -> str:
     )
 
 
-def _window_note(plan: LayerPlan, layers: int) -> str:
-    local = [c for layer in plan.caches for c in layer if c.kind is Kind.SLIDING]
+def _of(plan: LayerPlan, kind: Kind) -> list[LayerCache]:
+    return [c for layer in plan.caches for c in layer if c.kind is kind]
+
+
+WINDOW_NOTES = {
+    Kind.SLIDING: (
+        "window-sized KV for local layers: {n} of {layers} layers attend through a "
+        "{window}-token sliding window and hold only that many tokens (plus a batch in flight) "
+        "per request"
+    ),
+    Kind.CHUNKED: (
+        "chunked local attention on {n} of {layers} layers ({window}-token chunks), cached at "
+        "full length: vLLM turns its hybrid KV-cache manager off for chunked attention unless "
+        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"
+    ),
+}
+
+
+def _window_note(plan: LayerPlan, layers: int, kind: Kind) -> str:
+    local = _of(plan, kind)
     if not local:
         return ""
-    return (
-        f"window-sized KV for local layers: {len(local)} of {layers} layers attend through a "
-        f"{local[0].window}-token sliding window and hold only that many tokens (plus a batch "
-        "in flight) per request"
-    )
-
-
-def _chunk_note(plan: LayerPlan, layers: int) -> str:
-    chunked = [c for layer in plan.caches for c in layer if c.kind is Kind.CHUNKED]
-    if not chunked:
-        return ""
-    return (
-        f"chunked local attention on {len(chunked)} of {layers} layers ({chunked[0].window}-token "
-        "chunks), cached at full length: vLLM turns its hybrid KV-cache manager off for chunked "
-        "attention unless VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"
-    )
+    return WINDOW_NOTES[kind].format(n=len(local), layers=layers, window=local[0].window)
 
 
 def _mla_note(plan: LayerPlan, layers: int) -> str:
-    mla = [c for layer in plan.caches for c in layer if c.kind is Kind.MLA]
+    mla = _of(plan, Kind.MLA)
     if not mla:
         return ""
     extra = f" plus {mla[0].indexer_bytes} bytes of indexer keys" if mla[0].indexer_bytes else ""

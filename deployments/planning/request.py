@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from . import quant as quant_mod
 from .errors import PlanningError
-from .kvcache import kv_element_bytes
+from .kvcache import StageKv, kv_element_bytes, stage_kv
 from .kvgroups import KvRules, rules_for
 from .quant import QuantSpec
 from .spec import ModelSpec
@@ -143,3 +143,16 @@ def _quant(spec: ModelSpec, method: str | None) -> QuantSpec | None:
         return quant_mod.runtime(method.lower())
     except ValueError as exc:
         raise PlanningError(str(exc)) from None
+
+
+def settings_kv(spec: ModelSpec, s: Settings, *, tp: int, pp: int, stage: int) -> StageKv:
+    """The KV layout of one stage under these settings (block size, cache dtype, vLLM rules)."""
+    return stage_kv(
+        spec,
+        tp=tp,
+        pp=pp,
+        pp_rank=stage,
+        block_size=s.block_size,
+        element_bytes=s.kv_element_bytes,
+        rules=s.kv_rules,
+    )
