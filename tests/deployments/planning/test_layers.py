@@ -2,7 +2,8 @@
 
 import pytest
 
-from deployments.planning import ModelSpec
+from deployments.planning import ModelSpec, PlanRequest, parse_gpus
+from deployments.planning import plan as make_plan
 from deployments.planning.families import model_family
 from deployments.planning.layers import Kind
 from deployments.planning.weights import Shard, rank_weights_bytes
@@ -168,3 +169,68 @@ def test_tp_splits_the_mamba_mixer():
     one = rank_weights_bytes(spec, Shard(1, 1, 0, 2, None))
     eight = rank_weights_bytes(spec, Shard(8, 1, 0, 2, None))
     assert one / 8 < eight < one / 7.5
+
+
+# Field names as the Hub configs of these families spell them; dimensions trimmed.
+GRANITE_H = {
+    **LLAMA_8B,
+    "model_type": "granitemoehybrid",
+    "num_hidden_layers": 4,
+    "layer_types": ["mamba", "mamba", "mamba", "attention"],
+    "mamba_n_heads": 128,
+    "mamba_d_head": 64,
+    "mamba_d_state": 128,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+}
+FALCON_H1 = {
+    **LLAMA_8B,
+    "model_type": "falcon_h1",
+    "num_hidden_layers": 3,
+    "mamba_n_heads": 64,
+    "mamba_d_head": 64,
+    "mamba_d_ssm": 4096,
+    "mamba_d_state": 256,
+    "mamba_n_groups": 1,
+    "mamba_d_conv": 4,
+}
+JAMBA = {
+    **LLAMA_8B,
+    "model_type": "jamba",
+    "num_hidden_layers": 8,
+    "attn_layer_period": 8,
+    "attn_layer_offset": 4,
+    "mamba_d_state": 16,
+    "mamba_d_conv": 4,
+    "mamba_expand": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "kinds", "state"),
+    [
+        # Mamba-2, inner = expand × hidden = 8192; groups replicated at TP 2
+        (
+            GRANITE_H,
+            [(Kind.MAMBA,)] * 3 + [(Kind.FULL,)],
+            mamba2_state(128, 64, 128, 1, 4, 2, 2, 2),
+        ),
+        # attention and Mamba-2 side by side in every layer; inner = mamba_d_ssm
+        (FALCON_H1, [(Kind.FULL, Kind.MAMBA)] * 3, mamba2_state(64, 64, 256, 1, 4, 2, 2, 2)),
+        # Mamba-1: conv (8192/2 × 3) and SSM (8192/2 × 16) states, one attention layer in 8
+        (
+            JAMBA,
+            [(Kind.MAMBA,)] * 4 + [(Kind.FULL,)] + [(Kind.MAMBA,)] * 3,
+            4096 * 3 * 2 + 4096 * 16 * 2,
+        ),
+    ],
+)
+def test_other_hybrid_families(config, kinds, state):
+    spec = ModelSpec.from_config(config)
+    plan = spec.layer_plan
+    assert [tuple(c.kind for c in layer) for layer in plan.caches] == kinds
+    assert plan.state.bytes_per_sequence(2, 2) == state
+    assert plan.warnings == ()
+    planned = make_plan(spec, parse_gpus("2x80GiB"), PlanRequest(max_model_len=8192)).plans[0]
+    assert planned.fits and planned.kv_cache_tokens > 0
