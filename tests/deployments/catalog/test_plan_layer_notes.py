@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from tests.support.browser import login
 from tests.support.catalog import login_client
 from tests.support.hubstub import HubStub
+from tests.support.live_server import LiveServer
 from tests.support.planning import LLAMA_8B, fixture_config
 
 
@@ -75,3 +77,19 @@ def test_unknown_layer_kind_is_a_warning(
     page = client.get("/models/local/0/odd/")
     assert page.status_code == 200
     assert "estimated as full attention" in page.content.decode()
+
+
+def test_browser_redraws_the_notes_with_the_plan(
+    hybrid_roots: Path, page: Any, live: LiveServer, operator: Any
+) -> None:
+    login(page, live, operator.username)
+    page.goto(f"{live.url}/models/local/0/qwen3-next/")
+    page.wait_for_function("() => document.getElementById('plan-chart').data !== undefined")
+    notes = page.locator("#plan-layer-notes li")
+    # what-if 4x80GiB: TP 4, a quarter of the 1.05 MiB Gated DeltaNet state on each GPU
+    assert "0.26 MiB per GPU" in notes.first.inner_text()
+    page.fill("input[name=tensor_parallel_size]", "2")
+    page.wait_for_function(
+        "() => document.querySelector('#plan-layer-notes li').textContent.includes('0.52 MiB')"
+    )
+    assert notes.first.inner_text().startswith("linear-attention state per sequence")
