@@ -103,11 +103,6 @@ class StageKv:
         """Bytes one block id costs: a page in every layer slot of a group."""
         return self.page_bytes * self.group_size
 
-    @property
-    def reports_from_concurrency(self) -> bool:
-        """vLLM's token figure differs from blocks × block size (hybrid groups, DCP)."""
-        return len(self.group_specs) > 1 or self.rules.dcp > 1
-
     def num_blocks(self, available_bytes: int) -> int:
         """Whole blocks that fit in the KV memory of this rank."""
         if available_bytes <= 0 or self.block_bytes == 0:

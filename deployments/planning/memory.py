@@ -163,10 +163,12 @@ def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
 
 
 def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
-    if not kv.reports_from_concurrency or not s.profile.hybrid_tokens_from_concurrency:
+    """vLLM's logged figure: from 0.21 int(concurrency × max_model_len), which for a context
+    that is not a whole number of blocks (or with windows, states, DCP) is not blocks × size."""
+    if not s.profile.hybrid_tokens_from_concurrency:
         return kv.tokens(blocks)
-    per_request = kv.request_bytes(max_len, s.max_num_batched_tokens)
-    return int(blocks * kv.block_bytes / per_request * max_len) if per_request else 0
+    pages = kv.request_pages(max_len, s.max_num_batched_tokens)
+    return int(blocks / pages * max_len) if pages else 0
 
 
 def _graph_overflow(s: Settings, mems: list[GpuMemory]) -> list[str]:

@@ -193,7 +193,6 @@ def test_dense_plans_do_not_move():
     assert kv.groups == [32]
     assert kv.block_bytes == 32 * 16 * 8 * 128 * 2 * 2
     assert kv.request_pages(8192, 8192) == 512
-    assert not kv.reports_from_concurrency
 
 
 def test_unknown_kind_warns_in_the_plan():
