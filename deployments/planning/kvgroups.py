@@ -29,6 +29,7 @@ class KvRules:
     dcp: int = 1  # --decode-context-parallel-size
     state_dtype_bytes: int = 2  # the model dtype, for states that follow it
     ds_mla: bool = False  # --kv-cache-dtype fp8_ds_mla: 656 bytes per latent
+    null_block: bool = True  # the fit check leaves out the block BlockPool holds back
 
 
 def rules_for(
@@ -43,6 +44,7 @@ def rules_for(
         dcp=dcp,
         state_dtype_bytes=dtype_bytes,
         ds_mla=kv_cache_dtype == "fp8_ds_mla",
+        null_block=new,
     )
 
 
@@ -102,6 +104,10 @@ class StageKv:
     def block_bytes(self) -> int:
         """Bytes one block id costs: a page in every layer slot of a group."""
         return self.page_bytes * self.group_size
+
+    def check_bytes(self, available_bytes: int) -> int:
+        """What vLLM's one-request check and max-length estimate plan against."""
+        return available_bytes - (self.block_bytes if self.rules.null_block else 0)
 
     def num_blocks(self, available_bytes: int) -> int:
         """Whole blocks that fit in the KV memory of this rank."""

@@ -139,7 +139,8 @@ def _fit_length(
         reasons.append(f"{NO_KV_MEMORY} (KV cache memory would be {gib(available):.2f} GiB)")
         return s.max_model_len
     fitting = min(
-        kv.longest_fitting_len(m.kv_cache_bytes, s.max_num_batched_tokens) for m, kv in ranks
+        kv.longest_fitting_len(kv.check_bytes(m.kv_cache_bytes), s.max_num_batched_tokens)
+        for m, kv in ranks
     )
     if fitting >= s.max_model_len:
         return s.max_model_len

@@ -226,3 +226,14 @@ def test_qwen3_next_state_note_gives_the_size_per_gpu():
     (note,) = layer_notes(spec_of(QWEN3_NEXT), tp=4)
     assert f"{274_432 / 2**20:.2f} MiB per GPU" in note
     assert "only the 12 attention layers grow with the context" in note
+
+
+def test_033_checks_one_request_against_the_blocks_left_after_the_null_block():
+    spec = ModelSpec.from_config(LLAMA_8B)
+    kv = stage_kv(spec, tp=1, pp=1, pp_rank=0, block_size=16, element_bytes=2, rules=V33)
+    exact = kv.request_bytes(8192, 8192)
+    assert kv.check_bytes(exact) == exact - kv.block_bytes
+    assert kv.longest_fitting_len(kv.check_bytes(exact), 8192) == 8192 - 16
+    old = rules_for((0, 19, 0), dtype_bytes=2)
+    kv19 = stage_kv(spec, tp=1, pp=1, pp_rank=0, block_size=16, element_bytes=2, rules=old)
+    assert kv19.longest_fitting_len(kv19.check_bytes(exact), 8192) == 8192
