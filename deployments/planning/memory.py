@@ -146,11 +146,33 @@ def _fit_length(
         return s.max_model_len
     needed = max(kv.request_bytes(s.max_model_len, s.max_num_batched_tokens) for _, kv in ranks)
     if s.max_model_len_given or fitting < s.block_size:
-        reasons.append(_too_long(s.max_model_len, needed, available, fitting))
+        if s.profile.version >= (0, 33, 0):
+            check = worst[1].check_bytes(available)
+            reasons.append(_too_long_033(s.max_model_len, needed, check, fitting))
+        else:
+            reasons.append(_too_long(s.max_model_len, needed, available, fitting))
         return s.max_model_len
     clipped = fitting // s.block_size * s.block_size
     warnings.append(f"context clipped to {clipped} tokens (the model allows {s.max_model_len})")
     return clipped
+
+
+def _too_long_033(length: int, needed: int, available: int, fitting: int) -> str:
+    """0.33's wording (kv_cache_planning._check_enough_kv_cache_memory): the typo is gone, the
+    estimate only when positive, a docs link at the end."""
+    estimate = (
+        f"Based on the available memory, the estimated maximum model length is {fitting}. "
+        if fitting > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the model's max seq len ({length}), "
+        f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
+        f"cache memory ({available / GIB:.2f} GiB). {estimate}Try increasing "
+        "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+        "decreasing `max_model_len` when initializing the engine. See "
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
 
 
 def _too_long(length: int, needed: int, available: int, fitting: int) -> str:

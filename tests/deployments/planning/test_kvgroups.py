@@ -237,3 +237,26 @@ def test_033_checks_one_request_against_the_blocks_left_after_the_null_block():
     old = rules_for((0, 19, 0), dtype_bytes=2)
     kv19 = stage_kv(spec, tp=1, pp=1, pp_rank=0, block_size=16, element_bytes=2, rules=old)
     assert kv19.longest_fitting_len(kv19.check_bytes(exact), 8192) == 8192
+
+
+@pytest.mark.parametrize(
+    ("version", "starts", "ends"),
+    [
+        (
+            "0.33.0",
+            "To serve at least one request with the model's max seq len (131072)",
+            "details.",
+        ),
+        (
+            "0.19.0",
+            "To serve at least one request with the models's max seq len (131072)",
+            "engine.",
+        ),
+    ],
+)
+def test_too_long_in_the_words_of_each_version(version, starts, ends):
+    spec = ModelSpec.from_config({**LLAMA_8B, "max_position_embeddings": 131072})
+    req = PlanRequest(tensor_parallel_size=1, max_model_len=131072, vllm_version=version)
+    p = make_plan(spec, parse_gpus("1x24GiB"), req).plans[0]
+    assert not p.fits
+    assert p.reasons[0].startswith(starts) and p.reasons[0].endswith(ends)
