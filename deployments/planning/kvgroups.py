@@ -9,6 +9,7 @@ v1/core/kv_cache_utils.py (get_max_concurrency_for_kv_cache_config), v1/kv_cache
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -30,10 +31,36 @@ class KvRules:
     state_dtype_bytes: int = 2  # the model dtype, for states that follow it
     ds_mla: bool = False  # --kv-cache-dtype fp8_ds_mla: 656 bytes per latent
     null_block: bool = True  # the fit check leaves out the block BlockPool holds back
+    gdn_checkpoints: bool = True  # FlashInfer GDN prefill (Hopper) exports align checkpoints
+
+
+GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py
+HOPPER = ("h100", "h200", "h800", "h20", "gh200")
+NOT_HOPPER = (
+    *("a100", "a800", "a10", "a30", "l40", "l4", "a6000", "rtx", "v100", "t4"),
+    *("b100", "b200", "b300", "gb200", "gb300", "mi2", "mi3"),
+)
+
+
+def is_hopper(gpu_name: str, gpu_total_bytes: int) -> bool:
+    """vLLM picks FlashInfer's GDN prefill on SM90 only (Blackwell needs CUDA 13); a GPU known
+    only by its size is taken for H100/H200 class between 70 and 160 GiB, as the batching
+    defaults do."""
+    name = gpu_name.lower()
+    if any(h in name for h in HOPPER):
+        return True
+    if any(n in name for n in NOT_HOPPER):
+        return False
+    return 70 << 30 <= gpu_total_bytes < 160 << 30
 
 
 def rules_for(
-    version: tuple[int, int, int], *, dtype_bytes: int, dcp: int = 1, kv_cache_dtype: str = "auto"
+    version: tuple[int, int, int],
+    *,
+    dtype_bytes: int,
+    dcp: int = 1,
+    kv_cache_dtype: str = "auto",
+    hopper: bool = True,
 ) -> KvRules:
     """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules."""
     new = version >= (0, 33, 0)
@@ -45,6 +72,7 @@ def rules_for(
         state_dtype_bytes=dtype_bytes,
         ds_mla=kv_cache_dtype == "fp8_ds_mla",
         null_block=new,
+        gdn_checkpoints=new and hopper,
     )
 
 
@@ -60,8 +88,11 @@ class CacheSpec:
     def pages(self, max_len: int, in_flight: int, rules: KvRules) -> int:
         """Blocks one request of ``max_len`` holds in this layer (max_memory_usage_bytes)."""
         if self.kind in STATE_KINDS:
-            # 0.33 align mode: the running state, the previous block's, one prefill checkpoint
-            return 3 if rules.mamba_align else 1
+            # 0.33 align mode: the running state, the previous block's and, where the kernel
+            # exports one (Mamba-2 always, Gated DeltaNet with FlashInfer), a prefill checkpoint
+            if not rules.mamba_align:
+                return 1
+            return 3 if self.kind is Kind.MAMBA or rules.gdn_checkpoints else 2
         if self.kind is Kind.SLIDING:
             return cdiv(min(self.window - 1 + in_flight, max_len), self.block_size) + 1
         if self.kind is Kind.CHUNKED:
@@ -169,7 +200,8 @@ def stage_layout(
     """Group the caches of one stage (each with its layer count) as vLLM's manager does."""
     promoted = [(_promoted(c, rules), n) for c, n in caches]
     attn = [c for c, _ in promoted if c.kind not in STATE_KINDS]
-    block = _block_size(attn, geo, any(c.kind in STATE_KINDS for c, _ in promoted))
+    states = {c.kind for c, _ in promoted if c.kind in STATE_KINDS}
+    block = _block_size(attn, geo, states, rules)
     raw = [(_raw_spec(c, geo, block), n) for c, n in promoted]
     if not raw:
         return StageKv((), (), 0, rules, pp)
@@ -197,14 +229,17 @@ def per_token_bytes(cache: LayerCache, tp: int, element_bytes: int, *, ds_mla: b
     return max(1, cache.kv_heads // tp) * cache.head_dim * 2 * element_bytes
 
 
-def _block_size(attn: list[LayerCache], geo: Geometry, has_state: bool) -> int:
-    """_align_hybrid_block_size: raise the attention block until its page holds a state."""
-    if not (has_state and attn and geo.state_bytes):
+def _block_size(attn: list[LayerCache], geo: Geometry, states: set[Kind], rules: KvRules) -> int:
+    """_align_hybrid_block_size: raise the attention block until its page holds a state (on
+    the prefill-checkpoint grid of FlashInfer's Gated DeltaNet in align mode)."""
+    if not (states and attn and geo.state_bytes):
         return geo.block_size
     one = per_token_bytes(attn[0], geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
     align = max(16, geo.block_size)
     if attn[0].kind is Kind.MLA:
         align = max(align, 128)
+    if rules.mamba_align and rules.gdn_checkpoints and states == {Kind.LINEAR}:
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
     needed = align * cdiv(geo.state_bytes, align * one)
     return max(geo.block_size, 16 * cdiv(needed, 16))
 

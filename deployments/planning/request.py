@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from . import quant as quant_mod
 from .errors import PlanningError
 from .kvcache import StageKv, kv_element_bytes, stage_kv
-from .kvgroups import KvRules, rules_for
+from .kvgroups import KvRules, is_hopper, rules_for
 from .quant import QuantSpec
 from .spec import ModelSpec
 from .units import canonical_dtype, dtype_bytes
@@ -124,6 +124,7 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
             dtype_bytes=dtype_bytes(dtype),
             dcp=req.decode_context_parallel_size or 1,
             kv_cache_dtype=req.kv_cache_dtype,
+            hopper=is_hopper(gpu_name, gpu_total_bytes),
         ),
     )
 

@@ -6,7 +6,7 @@ import pytest
 from deployments.planning import ModelSpec, PlanningError, PlanRequest, layer_notes, parse_gpus
 from deployments.planning import plan as make_plan
 from deployments.planning.kvcache import stage_kv
-from deployments.planning.kvgroups import KvRules, rules_for
+from deployments.planning.kvgroups import KvRules, is_hopper, rules_for
 from deployments.planning.layers import Kind
 from deployments.planning.units import cdiv
 from tests.deployments.planning.test_layers import (
@@ -33,18 +33,19 @@ def layout(name, tp=1, pp=1, stage=0, rules=V33, element_bytes=2):
     )
 
 
-def aligned_block(state_bytes, attn_bytes_per_token):
-    """_align_hybrid_block_size with FlashAttention's 16-token kernel blocks."""
-    return 16 * cdiv(state_bytes, 16 * attn_bytes_per_token)
+def aligned_block(state_bytes, attn_bytes_per_token, align=16):
+    """_align_hybrid_block_size with FlashAttention's 16-token kernel blocks (64: the prefill
+    checkpoint grid of FlashInfer's Gated DeltaNet, vLLM's choice on Hopper)."""
+    return align * cdiv(state_bytes, align * attn_bytes_per_token)
 
 
 # (model, tp, attention block size, groups (layers each))
 GROUPS = [
     # 1 097 728-byte GDN state; 2 KV heads × 256 × K/V × bf16 = 2048 bytes a token
-    (QWEN3_NEXT, 1, aligned_block(1_097_728, 2048), [12, 12, 12, 12]),
+    (QWEN3_NEXT, 1, aligned_block(1_097_728, 2048, 64), [12, 12, 12, 12]),
     # TP 4: KV heads replicated (1 per rank), state split in four
-    (QWEN3_NEXT, 4, aligned_block(274_432, 1024), [12, 12, 12, 12]),
-    (QWEN35_27B, 1, aligned_block(3_207_168, 4 * 256 * 2 * 2), [16, 16, 16, 16]),
+    (QWEN3_NEXT, 4, aligned_block(274_432, 1024, 64), [12, 12, 12, 12]),
+    (QWEN35_27B, 1, aligned_block(3_207_168, 4 * 256 * 2 * 2, 64), [16, 16, 16, 16]),
     # 23 Mamba layers in groups of 6 (the attention count), the last one padded
     (NEMOTRON_NANO, 1, aligned_block(2_134_016, 2 * 128 * 2 * 2), [6, 6, 6, 5, 6]),
     # TP 8: 2 112 512-byte float32 Mamba-2 state; 54 Mamba layers in groups of 10
@@ -68,9 +69,34 @@ def test_groups_and_block_size(name, tp, block, groups):
 
 def test_mamba_page_padded_to_the_attention_page():
     kv = layout(QWEN3_NEXT)
-    assert kv.page_bytes == 544 * 2048
-    assert kv.page_bytes - 1_097_728 == 16_384  # vLLM logs "Padding mamba page size by 1.49%"
+    assert kv.page_bytes == 576 * 2048
     assert kv.block_bytes == 12 * kv.page_bytes
+
+
+def test_without_flashinfer_gdn_the_block_stays_on_16_tokens():
+    """A100 (or Blackwell): Triton GDN prefill, no prefill checkpoints for the linear layers."""
+    rules = rules_for((0, 33, 0), dtype_bytes=2, hopper=False)
+    kv = layout(QWEN3_NEXT, rules=rules)
+    assert kv.block_size == 544
+    assert kv.page_bytes - 1_097_728 == 16_384  # vLLM logs "Padding mamba page size by 1.49%"
+    assert kv.request_pages(32768, 8192) == 3 * 2 + cdiv(32768, 544)
+    # Mamba-2 exports its checkpoint with any kernel
+    assert layout(NEMOTRON_NANO, rules=rules).request_pages(8192, 8192) == 4 * 3 + 4
+
+
+@pytest.mark.parametrize(
+    ("name", "total_gib", "hopper"),
+    [
+        ("NVIDIA H100 80GB HBM3", 80, True),
+        ("NVIDIA H200", 141, True),
+        ("NVIDIA A100-SXM4-80GB", 80, False),
+        ("NVIDIA B200", 180, False),
+        ("GPU 141GiB", 141, True),
+        ("GPU 48GiB", 48, False),
+    ],
+)
+def test_which_gpus_take_flashinfer_gdn(name, total_gib, hopper):
+    assert is_hopper(name, total_gib << 30) is hopper
 
 
 def test_gemma4_global_block_grows_to_match_the_page():
@@ -84,7 +110,7 @@ def test_gemma4_global_block_grows_to_match_the_page():
 # (model, max_model_len, blocks one request takes from the pool, summed over groups)
 PAGES = [
     # 3 GDN groups × (running state, previous, prefill checkpoint) + the attention group
-    (QWEN3_NEXT, 32768, 3 * 3 + cdiv(32768, 544)),
+    (QWEN3_NEXT, 32768, 3 * 3 + cdiv(32768, 576)),
     (NEMOTRON_NANO, 8192, 4 * 3 + cdiv(8192, 2096)),
     # sliding window 128 with two batches of 8192 in flight, +1 for an unaligned start
     (GPT_OSS_20B, 8192, 512 + 513),
