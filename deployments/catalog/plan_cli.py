@@ -78,7 +78,9 @@ def run_plan(options: Mapping[str, Any]) -> str:
         raise PlanCliError(one_line(str(exc))) from None
     if options.get("json"):
         return json.dumps(planning.result_to_json(result), indent=2)
-    return render(result, inventory, request)
+    first = result.plans[0] if result.plans else None
+    notes = planning.layer_notes(spec, tp=first.tensor_parallel_size) if first else ()
+    return render(result, inventory, request, notes=notes)
 
 
 def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
@@ -163,9 +165,10 @@ def render(
     result: planning.PlanResult,
     inventory: planning.Inventory | None = None,
     request: planning.PlanRequest | None = None,
+    notes: tuple[str, ...] = (),
 ) -> str:
     """Human output: per-GPU table and command of the first plan, what it reserves of each
-    GPU (given the inventory), then every other layout."""
+    GPU (given the inventory), what sets the model's KV cache apart, then every other layout."""
     if not result.plans:
         return "No layout to plan: the inventory has no GPUs."
     lines = _plan_block(result.plans[0])
@@ -174,6 +177,7 @@ def render(
         lines += [f"share: {line}" for line in shares]
     if result.reason:
         lines.append(f"why: {result.reason}")
+    lines += [f"note: {note}" for note in notes]
     offer = result.clip_offer
     if offer is not None:
         lines.append(

@@ -236,3 +236,12 @@ def test_decode_context_parallel_in_json(tmp_path):
     assert 3.9 < plan["kv_cache_tokens"] / base["kv_cache_tokens"] <= 4.0
     refused = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 3}))
     assert refused["plans"][0]["reasons"][0] == "tp_size=8 must be divisible by dcp_size=3."
+
+
+def test_human_output_notes_the_layer_kinds(tmp_path, model_dir):
+    oss = tmp_path / "gpt-oss"
+    oss.mkdir()
+    (oss / "config.json").write_text(json.dumps(fixture_config("openai--gpt-oss-20b")))
+    text = run_plan({"model": str(oss), "gpus": "1x80GiB", "max_model_len": 8192})
+    assert "\nnote: window-sized KV for local layers: 12 of 24 layers" in text
+    assert "note:" not in run_plan({"model": str(model_dir), "gpus": "1x80GiB"})
