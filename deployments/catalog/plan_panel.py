@@ -188,8 +188,9 @@ def no_fit_message(p: planning.Plan, spec: planning.ModelSpec, req: planning.Pla
     wanted = req.max_model_len
     if wanted and wanted > spec.derived_max_model_len:
         return f"{message} This model allows at most {spec.derived_max_model_len} tokens."
-    if wanted and 0 < p.kv_cache_tokens < wanted:
-        return f"{message} What fits here: a context of at most {p.kv_cache_tokens} tokens."
+    fits = p.longest_fitting_len or p.kv_cache_tokens
+    if wanted and 0 < fits < wanted:
+        return f"{message} What fits here: a context of at most {fits} tokens."
     return message
 
 

@@ -50,6 +50,7 @@ class LayoutMemory:
     reasons: tuple[str, ...]
     warnings: tuple[str, ...]
     requested_max_model_len: int = 0  # what was asked (or the model's own); 0: max_model_len
+    longest_fitting_len: int = 0  # vLLM's estimate when max_model_len does not fit (0: it does)
 
     @property
     def context_clipped(self) -> bool:
@@ -108,7 +109,7 @@ def _rank(
 def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
     reasons: list[str] = []
     warnings: list[str] = []
-    max_len = _fit_length(s, ranks, reasons, warnings)
+    max_len, fitting = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)
     reasons += _graph_overflow(s, [mem for mem, _ in ranks])
@@ -119,7 +120,7 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
             f"of {max_len} tokens"
         )
     return LayoutMemory(
-        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len
+        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len, fitting
     )
 
 
@@ -131,19 +132,20 @@ def _clamped(mem: GpuMemory) -> GpuMemory:
 
 def _fit_length(
     s: Settings, ranks: list[tuple[GpuMemory, StageKv]], reasons: list[str], warnings: list[str]
-) -> int:
-    """The max_model_len vLLM ends up with, appending its errors when none fits."""
+) -> tuple[int, int]:
+    """The max_model_len vLLM ends up with, appending its errors when none fits; and its
+    estimate of the longest that would (0 when the length asked for fits)."""
     worst = min(ranks, key=lambda r: r[0].kv_cache_bytes)
     available = worst[0].kv_cache_bytes
     if available <= 0:
         reasons.append(f"{NO_KV_MEMORY} (KV cache memory would be {gib(available):.2f} GiB)")
-        return s.max_model_len
+        return s.max_model_len, 0
     fitting = min(
         kv.longest_fitting_len(kv.check_bytes(m.kv_cache_bytes), s.max_num_batched_tokens)
         for m, kv in ranks
     )
     if fitting >= s.max_model_len:
-        return s.max_model_len
+        return s.max_model_len, 0
     needed = max(kv.request_bytes(s.max_model_len, s.max_num_batched_tokens) for _, kv in ranks)
     if s.max_model_len_given or fitting < s.block_size:
         if s.profile.version >= (0, 33, 0):
@@ -151,10 +153,10 @@ def _fit_length(
             reasons.append(_too_long_033(s.max_model_len, needed, check, fitting))
         else:
             reasons.append(_too_long(s.max_model_len, needed, available, fitting))
-        return s.max_model_len
+        return s.max_model_len, fitting
     clipped = fitting // s.block_size * s.block_size
     warnings.append(f"context clipped to {clipped} tokens (the model allows {s.max_model_len})")
-    return clipped
+    return clipped, 0
 
 
 def _too_long_033(length: int, needed: int, available: int, fitting: int) -> str:
