@@ -1,5 +1,6 @@
 """Planner accuracy against real vLLM start-up logs in ../shared/planner-cases (or
-$PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions; then the KV error
+$PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions, overall and per
+model family (dense, MoE, MLA, hybrid, sliding window, MXFP4/NVFP4, VLM); then the KV error
 by vLLM version against the planner's margin (deployments/planning/margin.py), and how many
 of the real start-ups the planner calls tight."""
 
@@ -15,8 +16,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from deployments.catalog.plan_cli import PlanCliError, run_plan  # noqa: E402
-from deployments.planning import GpuMemory  # noqa: E402
+from deployments.catalog.modelfiles import ModelFilesError  # noqa: E402
+from deployments.catalog.plan_cli import PlanCliError, load_model, run_plan  # noqa: E402
+from deployments.planning import GpuMemory, PlanningError  # noqa: E402
+from deployments.planning.families import FAMILIES, model_family  # noqa: E402
 from deployments.planning.margin import band  # noqa: E402
 from deployments.planning.versions import profile_for  # noqa: E402
 
@@ -59,17 +62,23 @@ def main() -> int:
     w_err, t_err, kv_err, agree = [], [], [], 0
     by_version: dict[str, list[tuple[float, float]]] = {}
     tight = 0
+    families: dict[str, Family] = {}
     for row in rows:
         plan = predict(row, root / "models")
         fits = bool(plan and plan["fits"])
         ok = row["expect_status"] == "ok"
         agree += fits == ok
+        fam = families.setdefault(family(root / "models" / row["model"]), Family())
+        fam.cases += 1
+        fam.agree += fits == ok
         line = f"{row['obs_id']:<12} expect={row['expect_status']:<6} fits={fits!s:<5}"
         if ok and plan:
             gpu = plan["per_gpu"][0]
             w, t = gpu["weights_bytes"] / GIB, plan["kv_cache_tokens"]
             w_err.append(abs(w - float(row["weights_gib"])) / float(row["weights_gib"]))
             t_err.append(abs(t - int(row["kv_tokens"])) / int(row["kv_tokens"]))
+            fam.weights.append(w_err[-1])
+            fam.tokens.append(t_err[-1])
             kv_err.append(abs(gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])))
             signed = gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])
             by_version.setdefault(row["vllm_version"], []).append((signed, margin_gib(row, gpu)))
@@ -77,8 +86,41 @@ def main() -> int:
             line += f" weights {w:.3f}/{row['weights_gib']} GiB  kv tokens {t}/{row['kv_tokens']}"
         print(line)
     report(len(rows), w_err, t_err, kv_err, agree)
+    report_families(families)
     report_margin(by_version, tight)
     return 0
+
+
+class Family:
+    """Errors of one model family's cases."""
+
+    def __init__(self) -> None:
+        self.cases = 0
+        self.agree = 0
+        self.weights: list[float] = []
+        self.tokens: list[float] = []
+
+
+def family(model_dir: Path) -> str:
+    try:
+        return model_family(load_model(str(model_dir)))
+    except (PlanningError, ModelFilesError):
+        return "unreadable"
+
+
+def report_families(families: dict[str, Family]) -> None:
+    print("per family (mean / worst abs error of started cases; fit decisions agreeing):")
+    for name in (*FAMILIES, *(["unreadable"] if "unreadable" in families else [])):
+        fam = families.get(name)
+        if fam is None:
+            print(f"  {name:<15} no public case")
+            continue
+        w, t = fam.weights or [0.0], fam.tokens or [0.0]
+        print(
+            f"  {name:<15} {fam.cases} case(s): weights {100 * sum(w) / len(w):.3f} % / "
+            f"{100 * max(w):.3f} %, KV tokens {100 * sum(t) / len(t):.3f} % / "
+            f"{100 * max(t):.3f} %, fits {fam.agree}/{fam.cases}"
+        )
 
 
 def margin_gib(row: dict[str, str], gpu: dict[str, int]) -> float:

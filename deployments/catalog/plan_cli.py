@@ -34,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-batched-tokens", dest="max_num_batched_tokens", type=int)
     parser.add_argument("--gpu-memory-utilization", dest="gpu_memory_utilization", type=float)
     parser.add_argument("--block-size", dest="block_size", type=int)
+    parser.add_argument(
+        "--decode-context-parallel-size",
+        dest="decode_context_parallel_size",
+        type=int,
+        help="split each request's KV cache over this many of the TP ranks (vLLM's DCP)",
+    )
     parser.add_argument("--vllm-version", dest="vllm_version", default="0.33.0")
     parser.add_argument(
         "--concurrency",
@@ -72,7 +78,9 @@ def run_plan(options: Mapping[str, Any]) -> str:
         raise PlanCliError(one_line(str(exc))) from None
     if options.get("json"):
         return json.dumps(planning.result_to_json(result), indent=2)
-    return render(result, inventory, request)
+    first = result.plans[0] if result.plans else None
+    notes = planning.layer_notes(spec, tp=first.tensor_parallel_size) if first else ()
+    return render(result, inventory, request, notes=notes)
 
 
 def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
@@ -89,6 +97,7 @@ def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
         max_num_batched_tokens=options.get("max_num_batched_tokens"),
         gpu_memory_utilization=options.get("gpu_memory_utilization"),
         block_size=options.get("block_size"),
+        decode_context_parallel_size=options.get("decode_context_parallel_size"),
         vllm_version=options.get("vllm_version") or planning.DEFAULT_VLLM_VERSION,
         concurrency=options.get("concurrency"),
         goal=options.get("goal") or "balanced",
@@ -156,9 +165,10 @@ def render(
     result: planning.PlanResult,
     inventory: planning.Inventory | None = None,
     request: planning.PlanRequest | None = None,
+    notes: tuple[str, ...] = (),
 ) -> str:
     """Human output: per-GPU table and command of the first plan, what it reserves of each
-    GPU (given the inventory), then every other layout."""
+    GPU (given the inventory), what sets the model's KV cache apart, then every other layout."""
     if not result.plans:
         return "No layout to plan: the inventory has no GPUs."
     lines = _plan_block(result.plans[0])
@@ -167,6 +177,7 @@ def render(
         lines += [f"share: {line}" for line in shares]
     if result.reason:
         lines.append(f"why: {result.reason}")
+    lines += [f"note: {note}" for note in notes]
     offer = result.clip_offer
     if offer is not None:
         lines.append(

@@ -140,6 +140,9 @@ def plan_panel(
         payload["plan"] = _plan_view(chosen, source, target, req)
         payload["plan"]["format_notes"] = list(planning.format_notes(spec))
         payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
+        payload["plan"]["layer_notes"] = list(
+            planning.layer_notes(spec, tp=chosen.tensor_parallel_size)
+        )
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)
     payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)
@@ -186,8 +189,9 @@ def no_fit_message(p: planning.Plan, spec: planning.ModelSpec, req: planning.Pla
     wanted = req.max_model_len
     if wanted and wanted > spec.derived_max_model_len:
         return f"{message} This model allows at most {spec.derived_max_model_len} tokens."
-    if wanted and 0 < p.kv_cache_tokens < wanted:
-        return f"{message} What fits here: a context of at most {p.kv_cache_tokens} tokens."
+    fits = p.longest_fitting_len or p.kv_cache_tokens
+    if wanted and 0 < fits < wanted:
+        return f"{message} What fits here: a context of at most {fits} tokens."
     return message
 
 

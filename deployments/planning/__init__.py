@@ -29,6 +29,7 @@ from .formatnotes import format_notes
 from .inventory import Gpu, Host, Inventory, parse_gpus
 from .kvcache import kv_bytes_per_token
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
+from .notes import layer_notes
 from .plans import GpuRef, Plan, PlanResult
 from .quant import with_hf_quant_config
 from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
@@ -80,6 +81,7 @@ __all__ = [
     "estimate_layout",
     "format_notes",
     "kv_bytes_per_token",
+    "layer_notes",
     "parse_gpus",
     "plan",
     "plan_details",

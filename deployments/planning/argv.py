@@ -23,6 +23,8 @@ def serve_argv(
         argv += ["--quantization", req.quantization]
     if req.kv_cache_dtype != "auto":
         argv += ["--kv-cache-dtype", req.kv_cache_dtype]
+    if s.kv_rules.dcp > 1:
+        argv += ["--decode-context-parallel-size", str(s.kv_rules.dcp)]
     if req.block_size:
         argv += ["--block-size", str(req.block_size)]
     if req.enforce_eager:

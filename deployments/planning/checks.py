@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .contextpar import dcp_errors
 from .registry import removed_error
 from .request import Settings
 from .spec import ModelSpec
@@ -39,7 +40,7 @@ def _config_errors(spec: ModelSpec, tp: int, pp: int, s: Settings) -> list[str]:
             f"Pipeline parallel size ({pp}) is larger than the number of hidden layers "
             f"({spec.num_layers})."
         )
-    return errors
+    return errors + dcp_errors(spec, tp, s.kv_rules.dcp)
 
 
 def _shard_errors(spec: ModelSpec, tp: int, s: Settings) -> list[str | None]:

@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .inventory import Gpu
-from .kvcache import stage_kv
 from .memory import GpuMemory, LayoutMemory
-from .request import Settings
+from .request import Settings, settings_kv
 from .spec import ModelSpec
 from .units import MIB, gib
 from .versions import VersionProfile
@@ -71,14 +70,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
     for stage in range(pp):
         rank = stage * tp
         mem = layout.per_gpu[rank]
-        kv = stage_kv(
-            spec,
-            tp=tp,
-            pp=pp,
-            pp_rank=stage,
-            block_size=s.block_size,
-            element_bytes=s.kv_element_bytes,
-        )
+        kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
         need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
         room = mem.kv_cache_bytes - need - band(s.profile, mem).kv_bytes
         if worst is None or room < worst[0]:
@@ -151,14 +143,7 @@ def comfortable_length(spec: ModelSpec, s: Settings, layout: LayoutMemory, *, re
     best = layout.max_model_len
     for stage in range(pp):
         mem = layout.per_gpu[stage * tp]
-        kv = stage_kv(
-            spec,
-            tp=tp,
-            pp=pp,
-            pp_rank=stage,
-            block_size=s.block_size,
-            element_bytes=s.kv_element_bytes,
-        )
+        kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
         room = (mem.kv_cache_bytes - band(s.profile, mem).kv_bytes) // max(requests, 1)
         best = min(best, kv.longest_fitting_len(room, s.max_num_batched_tokens))
     return best // s.block_size * s.block_size

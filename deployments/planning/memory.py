@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .activation import activation_bytes, cuda_graph_bytes, non_torch_bytes
 from .checks import layout_errors
-from .kvcache import StageKv, stage_kv
-from .request import Settings
+from .kvcache import StageKv
+from .request import Settings, settings_kv
 from .spec import ModelSpec
 from .units import GIB, gib
 from .weights import Shard, rank_weights_bytes
@@ -50,6 +50,7 @@ class LayoutMemory:
     reasons: tuple[str, ...]
     warnings: tuple[str, ...]
     requested_max_model_len: int = 0  # what was asked (or the model's own); 0: max_model_len
+    longest_fitting_len: int = 0  # vLLM's estimate when max_model_len does not fit (0: it does)
 
     @property
     def context_clipped(self) -> bool:
@@ -79,7 +80,9 @@ def evaluate_layout(
     for r, total in enumerate(gpu_totals):
         if (r // tp, total) not in cache:
             cache[r // tp, total] = _rank(spec, s, tp, pp, r // tp, total, nvlink)
-    return _judge(s, tp, pp, [cache[r // tp, t] for r, t in enumerate(gpu_totals)])
+    judged = _judge(s, tp, pp, [cache[r // tp, t] for r, t in enumerate(gpu_totals)])
+    guessed = spec.layer_plan.warnings if spec.layer_plan is not None else ()
+    return replace(judged, warnings=judged.warnings + guessed) if guessed else judged
 
 
 def _empty(total: int, s: Settings) -> GpuMemory:
@@ -99,16 +102,14 @@ def _rank(
     kv = budget - weights - act - other - in_budget
     used = weights + act + other + graphs + max(kv, 0)
     mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget)
-    kv_layout = stage_kv(
-        spec, tp=tp, pp=pp, pp_rank=stage, block_size=s.block_size, element_bytes=s.kv_element_bytes
-    )
+    kv_layout = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     return mem, kv_layout
 
 
 def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
     reasons: list[str] = []
     warnings: list[str] = [s.quant.warning] if s.quant and s.quant.warning else []
-    max_len = _fit_length(s, ranks, reasons, warnings)
+    max_len, fitting = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)
     reasons += _graph_overflow(s, [mem for mem, _ in ranks])
@@ -119,39 +120,61 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
             f"of {max_len} tokens"
         )
     return LayoutMemory(
-        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len
+        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len, fitting
     )
 
 
 def _clamped(mem: GpuMemory) -> GpuMemory:
     if mem.kv_cache_bytes >= 0:
         return mem
-    from dataclasses import replace
-
     return replace(mem, kv_cache_bytes=0)
 
 
 def _fit_length(
     s: Settings, ranks: list[tuple[GpuMemory, StageKv]], reasons: list[str], warnings: list[str]
-) -> int:
-    """The max_model_len vLLM ends up with, appending its errors when none fits."""
+) -> tuple[int, int]:
+    """The max_model_len vLLM ends up with, appending its errors when none fits; and its
+    estimate of the longest that would (0 when the length asked for fits)."""
     worst = min(ranks, key=lambda r: r[0].kv_cache_bytes)
     available = worst[0].kv_cache_bytes
     if available <= 0:
         reasons.append(f"{NO_KV_MEMORY} (KV cache memory would be {gib(available):.2f} GiB)")
-        return s.max_model_len
+        return s.max_model_len, 0
     fitting = min(
-        kv.longest_fitting_len(m.kv_cache_bytes, s.max_num_batched_tokens) for m, kv in ranks
+        kv.longest_fitting_len(kv.check_bytes(m.kv_cache_bytes), s.max_num_batched_tokens)
+        for m, kv in ranks
     )
     if fitting >= s.max_model_len:
-        return s.max_model_len
+        return s.max_model_len, 0
     needed = max(kv.request_bytes(s.max_model_len, s.max_num_batched_tokens) for _, kv in ranks)
     if s.max_model_len_given or fitting < s.block_size:
-        reasons.append(_too_long(s.max_model_len, needed, available, fitting))
-        return s.max_model_len
+        if s.profile.version >= (0, 33, 0):
+            check = worst[1].check_bytes(available)
+            reasons.append(_too_long_033(s.max_model_len, needed, check, fitting))
+        else:
+            reasons.append(_too_long(s.max_model_len, needed, available, fitting))
+        return s.max_model_len, fitting
     clipped = fitting // s.block_size * s.block_size
     warnings.append(f"context clipped to {clipped} tokens (the model allows {s.max_model_len})")
-    return clipped
+    return clipped, 0
+
+
+def _too_long_033(length: int, needed: int, available: int, fitting: int) -> str:
+    """0.33's wording (kv_cache_planning._check_enough_kv_cache_memory): the typo is gone, the
+    estimate only when positive, a docs link at the end."""
+    estimate = (
+        f"Based on the available memory, the estimated maximum model length is {fitting}. "
+        if fitting > 0
+        else ""
+    )
+    return (
+        f"To serve at least one request with the model's max seq len ({length}), "
+        f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
+        f"cache memory ({available / GIB:.2f} GiB). {estimate}Try increasing "
+        "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
+        "decreasing `max_model_len` when initializing the engine. See "
+        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+    )
 
 
 def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
@@ -165,10 +188,12 @@ def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
 
 
 def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
-    if len(kv.groups) <= 1 or not s.profile.hybrid_tokens_from_concurrency:
+    """vLLM's logged figure: from 0.21 int(concurrency × max_model_len), which for a context
+    that is not a whole number of blocks (or with windows, states, DCP) is not blocks × size."""
+    if not s.profile.hybrid_tokens_from_concurrency:
         return kv.tokens(blocks)
-    per_request = kv.request_bytes(max_len, s.max_num_batched_tokens)
-    return int(blocks * kv.block_bytes / per_request * max_len) if per_request else 0
+    pages = kv.request_pages(max_len, s.max_num_batched_tokens)
+    return int(blocks / pages * max_len) if pages else 0
 
 
 def _graph_overflow(s: Settings, mems: list[GpuMemory]) -> list[str]:

@@ -37,6 +37,7 @@ class Plan:
     # Why a fitting layout is within the planner's error band of a limit (margin.py).
     tight_reasons: tuple[str, ...] = ()
     replicas_asked: int = 0  # 0: as many as fit
+    longest_fitting_len: int = 0  # the longest context vLLM would accept here, when asked more
 
     @property
     def tight(self) -> bool:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import quant as quant_mod
 from .errors import PlanningError
-from .kvcache import kv_element_bytes
+from .kvcache import StageKv, kv_element_bytes, stage_kv
+from .kvgroups import KvRules, is_hopper, rules_for
 from .quant import QuantSpec
 from .spec import ModelSpec
 from .units import canonical_dtype, dtype_bytes
@@ -38,6 +39,7 @@ class PlanRequest:
     block_size: int | None = None
     vllm_version: str = DEFAULT_VLLM_VERSION
     enforce_eager: bool = False
+    decode_context_parallel_size: int | None = None  # --decode-context-parallel-size
     # Planning requirements, not engine flags: full-length requests one replica must hold at
     # once, and whether to favour fewer GPUs per replica or more replicas.
     concurrency: int | None = None
@@ -50,7 +52,8 @@ class PlanRequest:
         """Raise PlanningError on numbers no vLLM would accept."""
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "max_model_len"):
             _positive(name, getattr(self, name))
-        for name in ("max_num_seqs", "max_num_batched_tokens", "block_size", "concurrency"):
+        names = ("max_num_seqs", "max_num_batched_tokens", "block_size", "concurrency")
+        for name in (*names, "decode_context_parallel_size"):
             _positive(name, getattr(self, name))
         _positive("replicas", self.replicas)
         if self.replicas is not None and self.replicas > MAX_REPLICAS:
@@ -95,6 +98,7 @@ class Settings:
     gpu_memory_utilization: float
     block_size: int
     enforce_eager: bool
+    kv_rules: KvRules = field(default_factory=KvRules)
 
 
 def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: str) -> Settings:
@@ -122,6 +126,13 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
         gpu_memory_utilization=gmu,
         block_size=req.block_size or 16,
         enforce_eager=req.enforce_eager,
+        kv_rules=rules_for(
+            profile.version,
+            dtype_bytes=dtype_bytes(dtype),
+            dcp=req.decode_context_parallel_size or 1,
+            kv_cache_dtype=req.kv_cache_dtype,
+            hopper=is_hopper(gpu_name, gpu_total_bytes),
+        ),
     )
 
 
@@ -140,3 +151,16 @@ def _quant(spec: ModelSpec, method: str | None) -> QuantSpec | None:
         return quant_mod.runtime(method.lower())
     except ValueError as exc:
         raise PlanningError(str(exc)) from None
+
+
+def settings_kv(spec: ModelSpec, s: Settings, *, tp: int, pp: int, stage: int) -> StageKv:
+    """The KV layout of one stage under these settings (block size, cache dtype, vLLM rules)."""
+    return stage_kv(
+        spec,
+        tp=tp,
+        pp=pp,
+        pp_rank=stage,
+        block_size=s.block_size,
+        element_bytes=s.kv_element_bytes,
+        rules=s.kv_rules,
+    )

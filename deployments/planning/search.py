@@ -284,6 +284,7 @@ def _finish(
         multi_host=multi,
         link_rank=max(g.quality for g in first.stages),
         requested_max_model_len=layout.requested_max_model_len,
+        longest_fitting_len=layout.longest_fitting_len,
         tight_reasons=tight,
         replicas_asked=req.replicas or 0,
     )
@@ -340,5 +341,6 @@ def _unplaced(
         (),
         layout.max_model_len,
         requested_max_model_len=layout.requested_max_model_len,
+        longest_fitting_len=layout.longest_fitting_len,
         replicas_asked=req.replicas or 0,
     )

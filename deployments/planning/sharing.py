@@ -16,10 +16,9 @@ from dataclasses import replace
 
 from . import margin
 from .inventory import Gpu, Inventory
-from .kvcache import stage_kv
 from .memory import GpuMemory, LayoutMemory, evaluate_layout
 from .plans import Plan
-from .request import PlanRequest, Settings
+from .request import PlanRequest, Settings, settings_kv
 from .spec import ModelSpec
 from .units import GIB, MIB
 
@@ -139,9 +138,7 @@ def _rank_need(
     """Bytes of vLLM's claim on one rank: everything but the KV cache, then the load's KV."""
     graphs = mem.cuda_graph_bytes if s.profile.cuda_graphs_in_budget else 0
     fixed = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes + graphs
-    kv = stage_kv(
-        spec, tp=tp, pp=pp, pp_rank=stage, block_size=s.block_size, element_bytes=s.kv_element_bytes
-    )
+    kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     load_bytes = load * kv.request_bytes(s.max_model_len, s.max_num_batched_tokens)
     # At least the planner's own error band (margin.py, taken at the probe's larger budget), so
     # that a share sized for the load is never a tight fit of it.

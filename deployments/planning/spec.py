@@ -9,6 +9,7 @@ from typing import Any
 from . import config_fields as cf
 from . import quant as quant_mod
 from .errors import ModelSpecError
+from .layers import LayerPlan, layer_plan
 from .quant import QuantSpec
 from .units import canonical_dtype
 from .vision import vision_embeds, vision_parameters
@@ -88,6 +89,7 @@ class ModelSpec:
     vision_parameters: int = 0
     vision_embeds: tuple[int, int] = (0, 0)  # (tokens of the largest image, embedding width)
     architectures: tuple[str, ...] = ()
+    layer_plan: LayerPlan | None = None  # per-layer caches (None: from the flags above)
 
     @classmethod
     def from_config(
@@ -132,6 +134,7 @@ BOUNDS = {
 }
 NON_GATED = frozenset(
     {"phi", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode", "opt", "bloom", "gptj"}
+    | {"nemotron_h"}  # relu² up/down MLPs and experts
 )
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "falcon"})
 FOUR_NORMS = frozenset({"gemma2", "gemma3", "gemma3_text"})
@@ -207,6 +210,17 @@ def _with_extras(
     qc = config.get("quantization_config") or text.get("quantization_config")
     vision = st.vision_parameters if st is not None else vision_parameters(config, spec.hidden_size)
     rotary = mla.qk_rope_head_dim if mla else cf.rotary_dim(text, spec.head_dim)
+    sliding = cf.sliding(text, spec.model_type, spec.num_layers)
+    plan = layer_plan(
+        text,
+        model_type=spec.model_type,
+        num_layers=spec.num_layers,
+        kv_heads=spec.num_kv_heads,
+        head_dim=spec.head_dim,
+        mla_latent=mla.latent_size if mla else 0,
+        sliding=sliding["sliding_layers"],
+        sliding_window=sliding["sliding_window"],
+    )
     return replace(
         spec,
         moe=moe,
@@ -218,7 +232,8 @@ def _with_extras(
         rotary_dim=rotary,
         rope_cache_len=cf.rope_cache_len(text),
         rope_caches=2 if spec.model_type in ("gemma3", "gemma3_text") else 1,
-        **cf.sliding(text, spec.model_type, spec.num_layers),
+        layer_plan=plan,
+        **sliding,
     )
 
 
@@ -259,7 +274,8 @@ def _moe(cfg: Mapping[str, Any], layers: int) -> tuple[MoeSpec | None, tuple[boo
     if experts <= 1:
         return None, ()
     inter = cf.int_field(cfg, "moe_intermediate_size", "intermediate_size")
-    shared = int(cfg.get("n_shared_experts") or 0) * inter
+    shared_inter = int(cfg.get("moe_shared_expert_intermediate_size") or inter)  # Nemotron-H
+    shared = int(cfg.get("n_shared_experts") or 0) * shared_inter
     shared = shared or int(cfg.get("shared_expert_intermediate_size") or 0)
     moe = MoeSpec(
         num_experts=experts,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .mixers import layer_parts
 from .quantspec import QuantSpec
 from .spec import MlaSpec, ModelSpec, MoeSpec
 from .vision import tower_split_by_tp
@@ -90,9 +91,14 @@ def _norm_bytes(spec: ModelSpec, shard: Shard) -> int:
 
 
 def _layer_bytes(spec: ModelSpec, shard: Shard, layer: int) -> int:
+    parts = layer_parts(spec, shard, layer)  # hybrid layers: mixers.py
     attn = _mla_bytes(spec, shard, spec.mla) if spec.mla else _attention_bytes(spec, shard)
-    moe = spec.moe if spec.is_moe(layer) else None
+    attn = (attn if parts.attention else 0) + parts.mixer_bytes
+    moe = (
+        spec.moe if parts.mlp == "moe" or (parts.mlp == "default" and spec.is_moe(layer)) else None
+    )
     mlp = _moe_bytes(spec, shard, moe) if moe else _dense_mlp_bytes(spec, shard)
+    mlp = 0 if parts.mlp == "none" else mlp
     norms = spec.norms_per_layer * _norm_bytes(spec, shard)
     return attn + mlp + norms
 

@@ -234,6 +234,7 @@
       text("cmd-" + key, plan ? plan.commands[key] : "");
     }
     drawWarnings(plan && plan.warnings);
+    drawList("plan-layer-notes", plan ? plan.layer_notes : [], "");
     drawShares(plan && plan.shares);
     drawAlternatives(payload.alternatives);
     drawChart(plan);

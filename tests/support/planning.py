@@ -36,3 +36,11 @@ def case_config(name: str) -> dict:
     if not path.exists():
         pytest.skip(f"planner cases not found at {CASES}")
     return json.loads(path.read_text())
+
+
+FIXTURE_CONFIGS = Path(__file__).resolve().parents[1] / "deployments" / "planning" / "fixtures"
+
+
+def fixture_config(name: str) -> dict:
+    """config.json of a real model, copied into the tests' fixtures (planner-cases/configs)."""
+    return json.loads((FIXTURE_CONFIGS / "configs" / f"{name}.json").read_text())

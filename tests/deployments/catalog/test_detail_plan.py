@@ -148,9 +148,11 @@ def test_context_too_long(client: Client, viewer: Any, hub: HubStub) -> None:
     assert "This model allows at most 32768 tokens" in data["error"]
     status, data = plan(client, ref=BIG, gpus="1x80GiB", max_model_len="32768")
     assert status == 422
-    fits = data["plan"]["kv_cache_tokens"]
-    assert 0 < fits < 32768
-    assert f"What fits here: a context of at most {fits} tokens" in data["error"]
+    match = re.search(r"What fits here: a context of at most (\d+) tokens", data["error"])
+    assert match
+    fits = int(match[1])
+    # vLLM 0.33 holds one block back (the null block): one block short of the whole cache
+    assert 0 < fits <= data["plan"]["kv_cache_tokens"] - 16 < 32768
     status, data = plan(client, ref=BIG, gpus="1x80GiB", max_model_len=str(fits))
     assert status == 200 and data["plan"]["max_model_len"] == fits
 

@@ -10,7 +10,7 @@ import pytest
 
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
 from deployments.catalog.plan_cli import PlanCliError, run_plan
-from tests.support.planning import LLAMA_8B
+from tests.support.planning import LLAMA_8B, fixture_config
 from tests.support.processes import ROOT
 
 QUANT_CONFIGS = Path(__file__).parents[1] / "planning" / "fixtures" / "configs"
@@ -125,6 +125,7 @@ def test_human_output_says_what_each_gpu_keeps_free(model_dir):
         {"gpus": "1x80GiB", "replicas": "0"},
         {"gpus": "1x80GiB", "replicas": "-2"},
         {"gpus": "1x80GiB", "placement": "diagonal"},
+        {"gpus": "1x80GiB", "decode_context_parallel_size": 0},
     ],
 )
 def test_bad_input_is_one_line(model_dir, options):
@@ -236,3 +237,25 @@ def test_local_folder_reads_hf_quant_config_beside_config_json(tmp_path):
     args = {"model": str(tmp_path), "gpus": "4x80GiB", "tp": 4, "max_model_len": 8192}
     plan = json.loads(run_plan({**args, "json": True}))["plans"][0]
     assert plan["fits"] and 30 << 30 <= plan["per_gpu"][0]["weights_bytes"] <= 33 << 30
+
+
+def test_decode_context_parallel_in_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(fixture_config("deepseek-ai--DeepSeek-V3")))
+    options = {"model": str(tmp_path), "gpus": "8x141GiB", "tp": 8, "max_model_len": 32768}
+    base = json.loads(run_plan({**options, "json": True}))["plans"][0]
+    dcp = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 4}))
+    plan = dcp["plans"][0]
+    assert plan["fits"]
+    assert plan["command"][plan["command"].index("--decode-context-parallel-size") + 1] == "4"
+    assert 3.9 < plan["kv_cache_tokens"] / base["kv_cache_tokens"] <= 4.0
+    refused = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 3}))
+    assert refused["plans"][0]["reasons"][0] == "tp_size=8 must be divisible by dcp_size=3."
+
+
+def test_human_output_notes_the_layer_kinds(tmp_path, model_dir):
+    oss = tmp_path / "gpt-oss"
+    oss.mkdir()
+    (oss / "config.json").write_text(json.dumps(fixture_config("openai--gpt-oss-20b")))
+    text = run_plan({"model": str(oss), "gpus": "1x80GiB", "max_model_len": 8192})
+    assert "\nnote: window-sized KV for local layers: 12 of 24 layers" in text
+    assert "note:" not in run_plan({"model": str(model_dir), "gpus": "1x80GiB"})

@@ -20,7 +20,7 @@ CHOICES = [
     # MoE (DeepSeek-V2-Lite, MLA): one GPU.
     ("deepseek-ai__DeepSeek-V2-Lite-Chat", 2, {}, (1, 1, 2, None)),
     # 70B FP8: one GPU only with a clipped context; TP 2 serves 131k once; TP 4 with headroom.
-    ("RedHatAI__Llama-3.3-70B-Instruct-FP8-dynamic", 1, {}, (1, 1, 1, 7392)),
+    ("RedHatAI__Llama-3.3-70B-Instruct-FP8-dynamic", 1, {}, (1, 1, 1, 7376)),
     ("RedHatAI__Llama-3.3-70B-Instruct-FP8-dynamic", 2, {}, (2, 1, 1, None)),
     ("RedHatAI__Llama-3.3-70B-Instruct-FP8-dynamic", 4, {}, (4, 1, 1, None)),
     ("RedHatAI__Llama-3.3-70B-Instruct-FP8-dynamic", 8, {}, (4, 1, 2, None)),
@@ -57,10 +57,10 @@ def test_full_context_beats_a_clipped_one_and_the_reason_says_so():
     assert not result.plans[0].context_clipped
     assert result.reason == (
         "TP 2 × PP 1 serves the full 131,072-token context; TP 1 × PP 1 would clip it to "
-        "7,392 tokens."
+        "7,376 tokens."
     )
     offer = result.clip_offer
-    assert offer is not None and offer.gpus_per_replica == 1 and offer.max_model_len == 7392
+    assert offer is not None and offer.gpus_per_replica == 1 and offer.max_model_len == 7376
 
 
 def test_clipping_is_chosen_only_when_nothing_serves_the_length_and_says_so():

@@ -4,6 +4,7 @@ import pytest
 
 from deployments.planning import ModelSpec, kv_bytes_per_token
 from deployments.planning.kvcache import stage_kv
+from deployments.planning.layers import Kind
 from tests.support.planning import LLAMA_70B, case_config
 
 
@@ -47,7 +48,7 @@ def test_mla_latent_not_split_by_tp():
 def test_gemma2_hybrid_groups_report_tokens_per_group():
     spec = ModelSpec.from_config(case_config("google__gemma-2-9b-it"))
     kv = stage_kv(spec, tp=1, pp=1, pp_rank=0, block_size=16, element_bytes=2)
-    assert (kv.full_layers, kv.sliding_layers, kv.groups) == (21, 21, [21, 21])
+    assert (kv.count(Kind.FULL), kv.count(Kind.SLIDING), kv.groups) == (21, 21, [21, 21])
     blocks = kv.num_blocks(54 * 2**30)
     assert blocks == 54 * 2**30 // (16 * 8 * 256 * 2 * 2 * 21)
     assert kv.tokens(blocks) == blocks // 2 * 16

@@ -69,9 +69,9 @@ def test_a_clipped_context_is_tight_and_says_what_would_leave_the_margin():
     first = plan(spec, parse_gpus("1x80GiB"), PlanRequest()).plans[0]
     assert first.context_clipped and first.tight
     text = first.tight_reasons[0]
-    assert text.startswith("needs 2.26 GiB of KV cache for one 7,392-token request; predicted")
+    assert text.startswith("needs 2.25 GiB of KV cache for one 7,376-token request; predicted")
     shorter = int(re.search(r"a context of ([\d,]+) tokens", text)[1].replace(",", ""))
-    assert 0 < shorter < 7392 and shorter % 16 == 0
+    assert 0 < shorter < 7376 and shorter % 16 == 0
 
 
 def partly_used(free_above_budget: int) -> Inventory:
@@ -98,14 +98,14 @@ def test_a_tight_fit_ranks_below_a_comfortable_one():
     # One request of 3,984 tokens leaves the margin on one GPU: the fewest GPUs win.
     roomy = plan(spec, gpus, PlanRequest(max_model_len=3984, concurrency=1))
     assert roomy.plans[0].gpus_per_replica == 1 and not roomy.plans[0].tight
-    # At 7,392 tokens one GPU holds it only within the margin: two GPUs come first.
-    edge = plan(spec, gpus, PlanRequest(max_model_len=7392, concurrency=1))
+    # At 7,376 tokens one GPU holds it only within the margin: two GPUs come first.
+    edge = plan(spec, gpus, PlanRequest(max_model_len=7376, concurrency=1))
     first, tight = edge.plans[0], next(p for p in edge.plans if p.tight)
     assert (first.tensor_parallel_size, first.tight) == (2, False)
     assert tight.gpus_per_replica == 1 and tight.fits
     assert edge.reason.startswith(
         "TP 2 × PP 1 fits with room to spare; TP 1 × PP 1 fits only within the planner's margin "
-        "(needs 2.26 GiB of KV cache for one 7,392-token request"
+        "(needs 2.25 GiB of KV cache for one 7,376-token request"
     )
 
 

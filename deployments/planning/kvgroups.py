@@ -1,0 +1,289 @@
+"""vLLM's hybrid KV-cache manager for one pipeline stage on one TP rank: per-layer cache specs,
+one shared page size (Mamba state padded, attention block sizes raised), layers grouped by kind
+into equal-sized groups, and what one request at ``max_model_len`` claims from the shared pool.
+
+Rules from vLLM 0.33: v1/core/kv_cache_planning.py (unify_kv_cache_spec_page_size,
+_get_kv_cache_groups_uniform_page_size, _max_memory_usage_bytes_from_groups),
+v1/core/kv_cache_utils.py (get_max_concurrency_for_kv_cache_config), v1/kv_cache_interface.py
+(max_memory_usage_bytes of each spec), platforms/interface.py (_align_hybrid_block_size). Pure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .layers import STATE_KINDS, Kind, LayerCache
+from .units import cdiv
+
+MAX_SEARCH_LEN = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class KvRules:
+    """What the target vLLM version and flags decide about the KV-cache manager."""
+
+    group_ratio: float = 1.5  # bucket sizes within this ratio share the larger group size
+    extra_in_flight_batches: int = 1  # async scheduling keeps pp + 1 batches in flight
+    mamba_align: bool = True  # prefix caching on: a Mamba layer holds 2 + checkpoint states
+    chunked_hybrid: bool = False  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    dcp: int = 1  # --decode-context-parallel-size
+    state_dtype_bytes: int = 2  # the model dtype, for states that follow it
+    ds_mla: bool = False  # --kv-cache-dtype fp8_ds_mla: 656 bytes per latent
+    null_block: bool = True  # the fit check leaves out the block BlockPool holds back
+    gdn_checkpoints: bool = True  # FlashInfer GDN prefill (Hopper) exports align checkpoints
+
+
+GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py
+HOPPER = ("h100", "h200", "h800", "h20", "gh200")
+NOT_HOPPER = (
+    *("a100", "a800", "a10", "a30", "l40", "l4", "a6000", "rtx", "v100", "t4"),
+    *("b100", "b200", "b300", "gb200", "gb300", "mi2", "mi3"),
+)
+
+
+def is_hopper(gpu_name: str, gpu_total_bytes: int) -> bool:
+    """vLLM picks FlashInfer's GDN prefill on SM90 only (Blackwell needs CUDA 13); a GPU known
+    only by its size is taken for H100/H200 class between 70 and 160 GiB, as the batching
+    defaults do."""
+    name = gpu_name.lower()
+    if any(h in name for h in HOPPER):
+        return True
+    if any(n in name for n in NOT_HOPPER):
+        return False
+    return 70 << 30 <= gpu_total_bytes < 160 << 30
+
+
+def rules_for(
+    version: tuple[int, int, int],
+    *,
+    dtype_bytes: int,
+    dcp: int = 1,
+    kv_cache_dtype: str = "auto",
+    hopper: bool = True,
+) -> KvRules:
+    """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules."""
+    new = version >= (0, 33, 0)
+    return KvRules(
+        group_ratio=1.5 if new else 1.25,
+        extra_in_flight_batches=1 if new else 0,
+        mamba_align=new,
+        dcp=dcp,
+        state_dtype_bytes=dtype_bytes,
+        ds_mla=kv_cache_dtype == "fp8_ds_mla",
+        null_block=new,
+        gdn_checkpoints=new and hopper,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSpec:
+    """One layer's cache after page unification."""
+
+    kind: Kind
+    page_bytes: int
+    block_size: int
+    window: int = 0
+
+    def pages(self, max_len: int, in_flight: int, rules: KvRules) -> int:
+        """Blocks one request of ``max_len`` holds in this layer (max_memory_usage_bytes)."""
+        if self.kind in STATE_KINDS:
+            # 0.33 align mode: the running state, the previous block's and, where the kernel
+            # exports one (Mamba-2 always, Gated DeltaNet with FlashInfer), a prefill checkpoint
+            if not rules.mamba_align:
+                return 1
+            return 3 if self.kind is Kind.MAMBA or rules.gdn_checkpoints else 2
+        if self.kind is Kind.SLIDING:
+            return cdiv(min(self.window - 1 + in_flight, max_len), self.block_size) + 1
+        if self.kind is Kind.CHUNKED:
+            return cdiv(min(self.window + in_flight, max_len), self.block_size)
+        return cdiv(cdiv(max_len, rules.dcp), self.block_size)
+
+
+@dataclass(frozen=True, slots=True)
+class StageKv:
+    """KV layout of one stage on one rank: its groups share one pool of equal-sized blocks."""
+
+    specs: tuple[tuple[CacheSpec, int], ...]  # each distinct layer cache and how many layers
+    group_specs: tuple[CacheSpec, ...]  # one per KV-cache group
+    group_size: int  # layer slots per group (the last group of a kind may be padding)
+    rules: KvRules = field(default_factory=KvRules)
+    pp: int = 1
+
+    @property
+    def page_bytes(self) -> int:
+        """The one page size every layer shares."""
+        return self.specs[0][0].page_bytes if self.specs else 0
+
+    @property
+    def block_size(self) -> int:
+        """Tokens per block of the full-attention layers (the reported unit)."""
+        sizes = [s.block_size for s, _ in self.specs if s.kind not in STATE_KINDS]
+        return min(sizes, default=0)
+
+    @property
+    def groups(self) -> list[int]:
+        """Layers in each KV-cache group (a padded group counts its real layers)."""
+        size = self.group_size
+        return [min(size, n - i) for _, n in self.specs for i in range(0, n, size)]
+
+    def count(self, kind: Kind) -> int:
+        """Layers of ``kind`` on this stage."""
+        return sum(n for s, n in self.specs if s.kind is kind)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes one block id costs: a page in every layer slot of a group."""
+        return self.page_bytes * self.group_size
+
+    def check_bytes(self, available_bytes: int) -> int:
+        """What vLLM's one-request check and max-length estimate plan against."""
+        return available_bytes - (self.block_bytes if self.rules.null_block else 0)
+
+    def num_blocks(self, available_bytes: int) -> int:
+        """Whole blocks that fit in the KV memory of this rank."""
+        if available_bytes <= 0 or self.block_bytes == 0:
+            return 0
+        return available_bytes // self.block_bytes
+
+    def tokens(self, num_blocks: int) -> int:
+        """Tokens as versions before 0.21 printed them: blocks per group × block size."""
+        return num_blocks // max(1, len(self.group_specs)) * self.block_size
+
+    def request_pages(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """Blocks one request of ``max_model_len`` takes from the pool, over all groups."""
+        extra = self.rules.extra_in_flight_batches
+        in_flight = max_num_batched_tokens * (self.pp + extra if extra else 1)
+        return sum(g.pages(max_model_len, in_flight, self.rules) for g in self.group_specs)
+
+    def request_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """KV memory one request of ``max_model_len`` needs (vLLM's max_memory_usage_bytes)."""
+        return self.block_bytes * self.request_pages(max_model_len, max_num_batched_tokens)
+
+    def longest_fitting_len(self, available_bytes: int, max_num_batched_tokens: int) -> int:
+        """Binary search, like vLLM's estimate of the max model length that fits."""
+        low, high = 0, MAX_SEARCH_LEN
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.request_bytes(mid, max_num_batched_tokens) <= available_bytes:
+                low = mid
+            else:
+                high = mid - 1
+        return low
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    """Per-rank sizes the specs are built from."""
+
+    tp: int
+    block_size: int
+    element_bytes: int  # KV cache element
+    state_bytes: int  # one linear/Mamba layer's state per sequence (0: none)
+    ds_mla: bool = False
+
+
+def counted(caches: Iterable[LayerCache]) -> list[tuple[LayerCache, int]]:
+    """Each distinct cache with its number of layers, counted by identity: a LayerPlan shares
+    one object among equal caches, and the search runs this for every layout."""
+    counts: dict[int, int] = {}
+    objects: dict[int, LayerCache] = {}
+    for c in caches:
+        counts[id(c)] = counts.get(id(c), 0) + 1
+        objects[id(c)] = c
+    return [(objects[k], n) for k, n in counts.items()]
+
+
+def stage_layout(
+    caches: list[tuple[LayerCache, int]], geo: Geometry, rules: KvRules, *, pp: int = 1
+) -> StageKv:
+    """Group the caches of one stage (each with its layer count) as vLLM's manager does."""
+    promoted = [(_promoted(c, rules), n) for c, n in caches]
+    attn = [c for c, _ in promoted if c.kind not in STATE_KINDS]
+    states = {c.kind for c, _ in promoted if c.kind in STATE_KINDS}
+    block = _block_size(attn, geo, states, rules)
+    raw = [(_raw_spec(c, geo, block), n) for c, n in promoted]
+    if not raw:
+        return StageKv((), (), 0, rules, pp)
+    specs = _merged(_unified(raw))
+    group_specs, size = _grouped(specs, rules.group_ratio)
+    return StageKv(specs, group_specs, size, rules, pp)
+
+
+def _promoted(cache: LayerCache, rules: KvRules) -> LayerCache:
+    """Chunked layers are cached at full length while vLLM keeps the hybrid manager off for
+    them (its default: a latency regression with chunked local attention)."""
+    if cache.kind is Kind.CHUNKED and (not rules.chunked_hybrid or not cache.window):
+        return LayerCache(Kind.FULL, cache.kv_heads, cache.head_dim)
+    return cache
+
+
+FP8_DS_MLA_BYTES = 656  # 512 fp8 latent + 4 fp32 scales + 64 bf16 rope (MLAAttentionSpec)
+
+
+def per_token_bytes(cache: LayerCache, tp: int, element_bytes: int, *, ds_mla: bool = False) -> int:
+    """One token of one layer on one rank: K and V (MLA: the latent, not split over TP)."""
+    if cache.kind is Kind.MLA:
+        latent = FP8_DS_MLA_BYTES if ds_mla else cache.head_dim * element_bytes
+        return latent + cache.indexer_bytes
+    return max(1, cache.kv_heads // tp) * cache.head_dim * 2 * element_bytes
+
+
+def _block_size(attn: list[LayerCache], geo: Geometry, states: set[Kind], rules: KvRules) -> int:
+    """_align_hybrid_block_size: raise the attention block until its page holds a state (on
+    the prefill-checkpoint grid of FlashInfer's Gated DeltaNet in align mode)."""
+    if not (states and attn and geo.state_bytes):
+        return geo.block_size
+    one = per_token_bytes(attn[0], geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
+    align = max(16, geo.block_size)
+    if attn[0].kind is Kind.MLA:
+        align = max(align, 128)
+    if rules.mamba_align and rules.gdn_checkpoints and states == {Kind.LINEAR}:
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
+    needed = align * cdiv(geo.state_bytes, align * one)
+    return max(geo.block_size, 16 * cdiv(needed, 16))
+
+
+def _raw_spec(cache: LayerCache, geo: Geometry, block: int) -> CacheSpec:
+    if cache.kind in STATE_KINDS:
+        return CacheSpec(cache.kind, geo.state_bytes, block)
+    page = block * per_token_bytes(cache, geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
+    return CacheSpec(cache.kind, page, block, cache.window)
+
+
+def _unified(specs: list[tuple[CacheSpec, int]]) -> list[tuple[CacheSpec, int]]:
+    """unify_kv_cache_spec_page_size: smaller pages grow their block size when they divide
+    the largest page, else (Mamba state, odd attention pages) are padded to it."""
+    top = max(s.page_bytes for s, _ in specs)
+    out = []
+    for s, n in specs:
+        if s.page_bytes == top:
+            out.append((s, n))
+        elif s.kind not in STATE_KINDS and s.page_bytes and top % s.page_bytes == 0:
+            grown = CacheSpec(s.kind, top, s.block_size * (top // s.page_bytes), s.window)
+            out.append((grown, n))
+        else:
+            out.append((CacheSpec(s.kind, top, s.block_size, s.window), n))
+    return out
+
+
+def _merged(specs: list[tuple[CacheSpec, int]]) -> tuple[tuple[CacheSpec, int], ...]:
+    """Layers whose caches became identical share a bucket (e.g. heads that differ only
+    before the page is unified)."""
+    counts: dict[CacheSpec, int] = {}
+    for s, n in specs:
+        counts[s] = counts.get(s, 0) + n
+    return tuple(counts.items())
+
+
+def _grouped(
+    specs: tuple[tuple[CacheSpec, int], ...], ratio: float
+) -> tuple[tuple[CacheSpec, ...], int]:
+    """_get_kv_cache_groups_uniform_page_size: one group size for every kind (the smallest
+    kind's count, or the largest when they are close), each kind split into that many slots."""
+    if len(specs) == 1:
+        return (specs[0][0],), specs[0][1]
+    smallest, largest = min(n for _, n in specs), max(n for _, n in specs)
+    size = largest if largest < smallest * ratio else smallest
+    groups = tuple(s for s, n in specs for _ in range(cdiv(n, size)))
+    return groups, size
