@@ -1,0 +1,69 @@
+"""The audit trail (audit scope, admin role) and usage (read scope) through the API."""
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Q
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import Query, Router
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from controlpanel.api.auth import access
+from controlpanel.api.schemas import AuditOut, AuditQuery, Message, UsageOut
+from controlpanel.roles import Role
+from controlpanel.selectors import AuditFilters, audit_events
+from deployments.models import GpuLease
+from playground.models import Scope
+
+router = Router(tags=["audit and usage"])
+REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
+USAGE_DAYS = 30
+
+
+@router.get(
+    "/audit",
+    response={200: list[AuditOut], **REFUSALS},
+    auth=access(Scope.AUDIT, Role.ADMIN),
+)
+@paginate(LimitOffsetPagination)
+def audit_list(request: HttpRequest, filters: Query[AuditQuery]) -> Any:
+    """Audit rows, newest first, filtered as the audit page filters; paged by limit/offset."""
+    return audit_events(AuditFilters(**filters.dict()))
+
+
+@router.get("/usage", response={200: UsageOut, **REFUSALS}, auth=access(Scope.READ, Role.VIEWER))
+def usage(request: HttpRequest, days: int = USAGE_DAYS) -> dict[str, Any]:
+    """GPU-hours held by leases over the last `days` days (1 to 366), by user and by
+    deployment, derived from the lease rows (so right after restarts)."""
+    days = min(max(days, 1), 366)
+    until = timezone.now()
+    return lease_gpu_hours(since=until - timedelta(days=days), until=until)
+
+
+def lease_gpu_hours(*, since: datetime, until: datetime) -> dict[str, Any]:
+    leases = GpuLease.objects.filter(created_at__lt=until).filter(
+        Q(released_at__isnull=True) | Q(released_at__gt=since)
+    )
+    by_user: dict[str, float] = defaultdict(float)
+    by_deployment: dict[str, float] = defaultdict(float)
+    rows = leases.values_list(
+        "created_at", "released_at", "deployment__name", "deployment__created_by__username"
+    )
+    for start, end, name, user in rows:
+        held = (min(end or until, until) - max(start, since)).total_seconds() / 3600
+        by_user[user or "-"] += held
+        by_deployment[name] += held
+    return {
+        "since": since,
+        "until": until,
+        "gpu_hours": round(sum(by_user.values()), 4),
+        "by_user": _rows(by_user),
+        "by_deployment": _rows(by_deployment),
+    }
+
+
+def _rows(totals: dict[str, float]) -> list[dict[str, Any]]:
+    ordered = sorted(totals.items(), key=lambda kv: -kv[1])
+    return [{"key": k, "gpu_hours": round(v, 4)} for k, v in ordered]

@@ -1,0 +1,130 @@
+"""Deployments through the API: list, read, launch, stop, scale. Each write calls the service
+the UI calls, with the request, so its checks and its audit row are the UI's own."""
+
+from typing import Any
+
+from django.http import Http404, HttpRequest
+from ninja import Router
+
+from controlpanel.api.auth import ApiError, access, principal
+from controlpanel.api.schemas import DeploymentCreateIn, DeploymentOut, Message, ScaleIn
+from controlpanel.roles import Role
+from deployments import replicas
+from deployments.catalog.selectors import session_hub_token
+from deployments.lifecycle import scaling, selectors, services
+from deployments.lifecycle.forms import LaunchForm
+from deployments.models import Deployment
+from playground.models import Scope
+
+router = Router(tags=["deployments"])
+READ = access(Scope.READ, Role.VIEWER)
+DEPLOY = access(Scope.DEPLOY, Role.OPERATOR)
+REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
+
+
+@router.get("/deployments", response={200: list[DeploymentOut], **REFUSALS}, auth=READ)
+def deployment_list(
+    request: HttpRequest, status: str = "", host: str = "", owner: str = ""
+) -> list[dict[str, Any]]:
+    """Every deployment (its replicas folded in), filtered as the list page filters."""
+    filters = selectors.ListFilters(status=status, host=host, owner=owner.strip())
+    return [deployment_out(row.d) for row in selectors.deployment_rows(filters)]
+
+
+@router.get(
+    "/deployments/{int:pk}", response={200: DeploymentOut, 404: Message, **REFUSALS}, auth=READ
+)
+def deployment_get(request: HttpRequest, pk: int) -> dict[str, Any]:
+    return deployment_out(_first(pk))
+
+
+@router.post(
+    "/deployments",
+    response={201: DeploymentOut, 409: Message, **REFUSALS},
+    auth=DEPLOY,
+)
+def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> tuple[int, Any]:
+    """Plan again on the host, lease the GPUs and launch, as the launch form does."""
+    form = LaunchForm(_form_data(body))
+    if not form.is_valid():
+        field, errors = next(iter(form.errors.items()))
+        raise ApiError(422, f"body.{field}: {errors[0]}")
+    first = services.deployment_create(
+        user=principal(request).user,
+        request=form.launch_request(),
+        http_request=request,
+        hub_token=session_hub_token(request.session),
+    )
+    return 201, deployment_out(first)
+
+
+@router.post(
+    "/deployments/{int:pk}/stop",
+    response={202: DeploymentOut, 404: Message, 409: Message, **REFUSALS},
+    auth=DEPLOY,
+)
+def deployment_stop(request: HttpRequest, pk: int) -> tuple[int, Any]:
+    first = services.deployment_stop(
+        user=principal(request).user, deployment=_first(pk), http_request=request
+    )
+    return 202, deployment_out(first)
+
+
+@router.post(
+    "/deployments/{int:pk}/scale",
+    response={202: DeploymentOut, 404: Message, 409: Message, **REFUSALS},
+    auth=DEPLOY,
+)
+def deployment_scale(request: HttpRequest, pk: int, body: ScaleIn) -> tuple[int, Any]:
+    first = scaling.deployment_scale(
+        user=principal(request).user,
+        deployment=_first(pk),
+        replicas=body.replicas,
+        http_request=request,
+    )
+    return 202, deployment_out(first)
+
+
+def _first(pk: int) -> Deployment:
+    found = Deployment.objects.select_related("host").filter(pk=pk).first()
+    if found is None:
+        raise Http404(f"no deployment {pk}")
+    return found.group().select_related("host").first() or found
+
+
+def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
+    """The body as the launch form's POST data: one set of rules for both."""
+    data = body.dict()
+    data["replicas"] = str(data["replicas"])
+    data["auto_restart"] = {True: "on", False: "off"}.get(data["auto_restart"], "")
+    return {k: "" if v is None else v for k, v in data.items()}
+
+
+def deployment_out(first: Deployment) -> dict[str, Any]:
+    members = list(
+        first.group().select_related("host", "created_by").prefetch_related("leases__gpu")
+    ) or [first]
+    head = members[0]
+    state = replicas.overall([m.status for m in members])
+    return {
+        "id": head.pk,
+        "name": head.name,
+        "model": head.plan.get("model_ref", head.model_id),
+        "revision": head.revision,
+        "engine": head.engine,
+        "host": head.host.name,
+        "status": state.status,
+        "replicas_running": state.running,
+        "replicas": [
+            {
+                "id": m.pk,
+                "index": m.replica_index,
+                "status": m.status,
+                "gpus": sorted(lease.gpu.index for lease in m.leases.all() if lease.active),
+            }
+            for m in members
+        ],
+        "created_by": head.created_by.get_username() if head.created_by else None,
+        "created_at": head.created_at,
+        "command": [str(part) for part in head.plan.get("command", [])],
+    }
