@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from controlpanel.roles import Role, has_role
 from playground.models import ApiToken, PlaygroundRun
 
 RUNS_SHOWN = 50
@@ -17,6 +18,13 @@ def runs_of(*, user: Any, limit: int = RUNS_SHOWN) -> QuerySet[PlaygroundRun]:
 
 def tokens_of(*, user: Any) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user, revoked_at__isnull=True).order_by("-created_at")
+
+
+def tokens_page(*, user: Any) -> QuerySet[ApiToken]:
+    """The Tokens page: the user's tokens, revoked ones too (for the record); an admin sees
+    everyone's."""
+    rows = ApiToken.objects.select_related("user").order_by("revoked_at", "-created_at", "-id")
+    return rows if has_role(user, Role.ADMIN) else rows.filter(user=user)
 
 
 def run_payload(run: PlaygroundRun) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import Query, Router
+from ninja import Field, Query, Router, Schema
 from ninja.pagination import LimitOffsetPagination, paginate
 
 from controlpanel.api.auth import access
@@ -18,8 +18,22 @@ from deployments.models import GpuLease
 from playground.models import Scope
 
 router = Router(tags=["audit and usage"])
+PAGE_MAX = 500
+OFFSET_MAX = 10**9  # past it the database's own limit (a bigint) would answer with a 500
+
+
+class AuditPages(LimitOffsetPagination):
+    class Input(Schema):
+        limit: int = Field(100, ge=1, le=PAGE_MAX)
+        offset: int = Field(0, ge=0, le=OFFSET_MAX)
+
+
 REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
 USAGE_DAYS = 30
+
+
+class UsageQuery(Schema):
+    days: int = Field(USAGE_DAYS, ge=1, le=366, description="the last this many days")
 
 
 @router.get(
@@ -27,19 +41,18 @@ USAGE_DAYS = 30
     response={200: list[AuditOut], **REFUSALS},
     auth=access(Scope.AUDIT, Role.ADMIN),
 )
-@paginate(LimitOffsetPagination)
+@paginate(AuditPages, max_limit=PAGE_MAX)
 def audit_list(request: HttpRequest, filters: Query[AuditQuery]) -> Any:
     """Audit rows, newest first, filtered as the audit page filters; paged by limit/offset."""
     return audit_events(AuditFilters(**filters.dict()))
 
 
 @router.get("/usage", response={200: UsageOut, **REFUSALS}, auth=access(Scope.READ, Role.VIEWER))
-def usage(request: HttpRequest, days: int = USAGE_DAYS) -> dict[str, Any]:
+def usage(request: HttpRequest, query: Query[UsageQuery]) -> dict[str, Any]:
     """GPU-hours held by leases over the last `days` days (1 to 366), by user and by
     deployment, derived from the lease rows (so right after restarts)."""
-    days = min(max(days, 1), 366)
     until = timezone.now()
-    return lease_gpu_hours(since=until - timedelta(days=days), until=until)
+    return lease_gpu_hours(since=until - timedelta(days=query.days), until=until)
 
 
 def lease_gpu_hours(*, since: datetime, until: datetime) -> dict[str, Any]:

@@ -37,7 +37,33 @@ def _schema_access(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespo
     return checked
 
 
-api = NinjaAPI(
+class ShardboardApi(NinjaAPI):
+    def get_openapi_schema(self, **kwargs: Any) -> Any:
+        """ninja's schema, each operation's description ending with the scope and role it
+        needs, read from the operation's own auth: the docs cannot drift from the checks."""
+        schema = super().get_openapi_schema(**kwargs)
+        needs = _needs()
+        for item in schema["paths"].values():
+            for op in item.values():
+                if rule := needs.get(op["operationId"]):
+                    op["description"] = f"{op.get('description', '')}\n\n{rule}".strip()
+        return schema
+
+
+def _needs() -> dict[str, str]:
+    out = {}
+    for router in (deployments.router, fleet.router, audit.router):
+        for path_view in router.path_operations.values():
+            for op in path_view.operations:
+                token = next(a for a in op.auth_callbacks if isinstance(a, TokenAuth))
+                out[api.get_openapi_operation_id(op)] = (
+                    f"Needs a token with the `{token.scope.value}` scope (or a session), "
+                    f"and the {token.role.label} role."
+                )
+    return out
+
+
+api = ShardboardApi(
     title="Shardboard API",
     version=VERSION,
     description=(
