@@ -4,7 +4,7 @@ the UI calls, with the request, so its checks and its audit row are the UI's own
 from typing import Any
 
 from django.http import Http404, HttpRequest
-from ninja import Router
+from ninja import Router, Status
 
 from controlpanel.api.auth import ApiError, access, principal
 from controlpanel.api.schemas import DeploymentCreateIn, DeploymentOut, Message, ScaleIn
@@ -43,7 +43,7 @@ def deployment_get(request: HttpRequest, pk: int) -> dict[str, Any]:
     response={201: DeploymentOut, 409: Message, **REFUSALS},
     auth=DEPLOY,
 )
-def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> tuple[int, Any]:
+def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> Status[dict[str, Any]]:
     """Plan again on the host, lease the GPUs and launch, as the launch form does."""
     form = LaunchForm(_form_data(body))
     if not form.is_valid():
@@ -55,7 +55,7 @@ def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> tuple[i
         http_request=request,
         hub_token=session_hub_token(request.session),
     )
-    return 201, deployment_out(first)
+    return Status(201, deployment_out(first))
 
 
 @router.post(
@@ -63,11 +63,11 @@ def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> tuple[i
     response={202: DeploymentOut, 404: Message, 409: Message, **REFUSALS},
     auth=DEPLOY,
 )
-def deployment_stop(request: HttpRequest, pk: int) -> tuple[int, Any]:
+def deployment_stop(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     first = services.deployment_stop(
         user=principal(request).user, deployment=_first(pk), http_request=request
     )
-    return 202, deployment_out(first)
+    return Status(202, deployment_out(first))
 
 
 @router.post(
@@ -75,14 +75,14 @@ def deployment_stop(request: HttpRequest, pk: int) -> tuple[int, Any]:
     response={202: DeploymentOut, 404: Message, 409: Message, **REFUSALS},
     auth=DEPLOY,
 )
-def deployment_scale(request: HttpRequest, pk: int, body: ScaleIn) -> tuple[int, Any]:
+def deployment_scale(request: HttpRequest, pk: int, body: ScaleIn) -> Status[dict[str, Any]]:
     first = scaling.deployment_scale(
         user=principal(request).user,
         deployment=_first(pk),
         replicas=body.replicas,
         http_request=request,
     )
-    return 202, deployment_out(first)
+    return Status(202, deployment_out(first))
 
 
 def _first(pk: int) -> Deployment:

@@ -50,7 +50,9 @@ def validation_message(errors: list[dict[str, Any]]) -> str:
     if not errors:
         return "invalid request"
     first = errors[0]
-    where = ".".join(str(part) for part in first.get("loc", ()))
+    loc = [str(part) for part in first.get("loc", ())]
+    # ninja puts the parameter's name after "body": body.body.replicas reads as body.replicas
+    where = ".".join(p for i, p in enumerate(loc) if i == 0 or p != loc[i - 1])
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where or 'request'}: {first.get('msg', 'invalid')}{more}"
 

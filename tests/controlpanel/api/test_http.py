@@ -38,8 +38,14 @@ class Call:
 CALLS = [
     Call("GET", "/api/v1/deployments", Scope.READ, "Viewer", 200),
     Call("GET", "/api/v1/deployments/{d}", Scope.READ, "Viewer", 200),
-    Call("POST", "/api/v1/deployments", Scope.DEPLOY, "Operator", 422,
-         {"name": "Not A Name!", "model_ref": "local:0/tiny", "host": HOST}),  # fmt: skip
+    Call(
+        "POST",
+        "/api/v1/deployments",
+        Scope.DEPLOY,
+        "Operator",
+        422,
+        {"name": "Not A Name!", "model_ref": "local:0/tiny", "host": HOST},
+    ),  # fmt: skip
     Call("POST", "/api/v1/deployments/{d}/stop", Scope.DEPLOY, "Operator", 409),
     Call("POST", "/api/v1/deployments/{d}/scale", Scope.DEPLOY, "Operator", 409, {"replicas": 2}),
     Call("GET", "/api/v1/hosts", Scope.READ, "Viewer", 200),
@@ -79,9 +85,9 @@ def world(
     for name, user in [("viewer", viewer), ("operator", operator), ("admin", admin_user)]:
         tokens[name, "all"] = services.token_create(user=user, name="all", scopes=Scope.values)[1]
     for scope in Scope.values:
-        tokens["admin", scope] = services.token_create(
-            user=admin_user, name=scope, scopes=[scope]
-        )[1]
+        tokens["admin", scope] = services.token_create(user=admin_user, name=scope, scopes=[scope])[
+            1
+        ]
     yield World(asgi_server.url, stopped, tokens)
 
 
@@ -164,10 +170,18 @@ def test_a_session_writes_only_with_its_csrf_token(world: World, operator: Any) 
 BAD = [
     ("POST", "/api/v1/deployments", b"{not json", "body"),
     ("POST", "/api/v1/deployments", b'{"name": "x"}', "model_ref"),
-    ("POST", "/api/v1/deployments",
-     b'{"name": "ok", "model_ref": "local:0/tiny", "host": "apihost", "replicas": 0}', "replicas"),  # fmt: skip
-    ("POST", "/api/v1/deployments",
-     b'{"name": "ok", "model_ref": "local:0/tiny", "host": "nowhere"}', "host"),  # fmt: skip
+    (
+        "POST",
+        "/api/v1/deployments",
+        b'{"name": "ok", "model_ref": "local:0/tiny", "host": "apihost", "replicas": 0}',
+        "replicas",
+    ),  # fmt: skip
+    (
+        "POST",
+        "/api/v1/deployments",
+        b'{"name": "ok", "model_ref": "local:0/tiny", "host": "nowhere"}',
+        "host",
+    ),  # fmt: skip
     ("POST", "/api/v1/deployments/{d}/scale", b'{"replicas": "many"}', "replicas"),
     ("POST", "/api/v1/deployments/{d}/scale", b'{"replicas": 99}', "replicas"),
     ("GET", "/api/v1/deployments/999999", b"", "no deployment 999999"),
