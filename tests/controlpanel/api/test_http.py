@@ -45,7 +45,7 @@ CALLS = [
         "Operator",
         422,
         {"name": "Not A Name!", "model_ref": "local:0/tiny", "host": HOST},
-    ),  # fmt: skip
+    ),
     Call("POST", "/api/v1/deployments/{d}/stop", Scope.DEPLOY, "Operator", 409),
     Call("POST", "/api/v1/deployments/{d}/scale", Scope.DEPLOY, "Operator", 409, {"replicas": 2}),
     Call("GET", "/api/v1/hosts", Scope.READ, "Viewer", 200),
@@ -175,13 +175,13 @@ BAD = [
         "/api/v1/deployments",
         b'{"name": "ok", "model_ref": "local:0/tiny", "host": "apihost", "replicas": 0}',
         "replicas",
-    ),  # fmt: skip
+    ),
     (
         "POST",
         "/api/v1/deployments",
         b'{"name": "ok", "model_ref": "local:0/tiny", "host": "nowhere"}',
         "host",
-    ),  # fmt: skip
+    ),
     ("POST", "/api/v1/deployments/{d}/scale", b'{"replicas": "many"}', "replicas"),
     ("POST", "/api/v1/deployments/{d}/scale", b'{"replicas": 99}', "replicas"),
     ("GET", "/api/v1/deployments/999999", b"", "no deployment 999999"),
