@@ -9,6 +9,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
@@ -65,14 +66,18 @@ def token_revoke(request: HttpRequest, token_id: int) -> JsonResponse:
     return JsonResponse({"revoked": token_id})
 
 
+NEW_TOKEN_KEY = "tokens:new"
+
+
+@never_cache  # the one page that shows a token's plain text
 @role_required(Role.VIEWER)
 def tokens_index(request: HttpRequest) -> HttpResponse:
-    """The Tokens page; a POST creates one and shows its plain text this once."""
+    """The Tokens page. A POST makes a token and redirects (a reload makes no second one);
+    the page after it shows the plain text once: it leaves the session as it is shown."""
     form = TokenForm(request.POST or None)
-    created = None
     if request.method == "POST" and form.is_valid():
         try:
-            created = services.token_create(
+            token, raw = services.token_create(
                 user=request.user,
                 name=form.cleaned_data["name"],
                 scopes=form.cleaned_data["scopes"],
@@ -82,10 +87,11 @@ def tokens_index(request: HttpRequest) -> HttpResponse:
         except services.TokenError as exc:
             form.add_error(None, str(exc))
         else:
-            form = TokenForm()
+            request.session[NEW_TOKEN_KEY] = {"name": token.name, "raw": raw}
+            return redirect("tokens")
     context = {
         "form": form,
-        "created": created,
+        "created": request.session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None,
         "tokens": selectors.tokens_page(user=request.user),
         "api_base": request.build_absolute_uri("/api/v1/"),
     }
