@@ -66,7 +66,7 @@ def token_revoke(request: HttpRequest, token_id: int) -> JsonResponse:
     return JsonResponse({"revoked": token_id})
 
 
-NEW_TOKEN_KEY = "tokens:new"
+NEW_TOKEN_SESSION_KEY = "tokens:new"  # noqa: S105 - a session key, not a secret
 
 
 @never_cache  # the one page that shows a token's plain text
@@ -87,11 +87,12 @@ def tokens_index(request: HttpRequest) -> HttpResponse:
         except services.TokenError as exc:
             form.add_error(None, str(exc))
         else:
-            request.session[NEW_TOKEN_KEY] = {"name": token.name, "raw": raw}
+            request.session[NEW_TOKEN_SESSION_KEY] = {"name": token.name, "raw": raw}
             return redirect("tokens")
+    shown = request.session.pop(NEW_TOKEN_SESSION_KEY, None) if request.method == "GET" else None
     context = {
         "form": form,
-        "created": request.session.pop(NEW_TOKEN_KEY, None) if request.method == "GET" else None,
+        "created": shown,
         "tokens": selectors.tokens_page(user=request.user),
         "api_base": request.build_absolute_uri("/api/v1/"),
     }
