@@ -10,12 +10,10 @@ from django.utils import timezone
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import LimitOffsetPagination, paginate
 
-from controlpanel.api.auth import access
-from controlpanel.api.schemas import AuditOut, AuditQuery, Message, UsageOut
-from controlpanel.roles import Role
+from controlpanel.api.auth import AUDIT, READ
+from controlpanel.api.schemas import REFUSALS, AuditOut, AuditQuery, UsageOut
 from controlpanel.selectors import AuditFilters, audit_events
 from deployments.models import GpuLease
-from playground.models import Scope
 
 router = Router(tags=["audit and usage"])
 PAGE_MAX = 500
@@ -28,7 +26,6 @@ class AuditPages(LimitOffsetPagination):
         offset: int = Field(0, ge=0, le=OFFSET_MAX)
 
 
-REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
 USAGE_DAYS = 30
 
 
@@ -39,7 +36,7 @@ class UsageQuery(Schema):
 @router.get(
     "/audit",
     response={200: list[AuditOut], **REFUSALS},
-    auth=access(Scope.AUDIT, Role.ADMIN),
+    auth=AUDIT,
 )
 @paginate(AuditPages, max_limit=PAGE_MAX)
 def audit_list(request: HttpRequest, filters: Query[AuditQuery]) -> Any:
@@ -47,7 +44,7 @@ def audit_list(request: HttpRequest, filters: Query[AuditQuery]) -> Any:
     return audit_events(AuditFilters(**filters.dict()))
 
 
-@router.get("/usage", response={200: UsageOut, **REFUSALS}, auth=access(Scope.READ, Role.VIEWER))
+@router.get("/usage", response={200: UsageOut, **REFUSALS}, auth=READ)
 def usage(request: HttpRequest, query: Query[UsageQuery]) -> dict[str, Any]:
     """GPU-hours held by leases over the last `days` days (1 to 366), by user and by
     deployment, derived from the lease rows (so right after restarts)."""

@@ -77,3 +77,8 @@ def principal(request: HttpRequest) -> Principal:
     if not isinstance(found, Principal):  # every endpoint declares access(); a guard, not a path
         raise ApiError(401, "not authenticated")
     return found
+
+
+READ = access(Scope.READ, Role.VIEWER)
+DEPLOY = access(Scope.DEPLOY, Role.OPERATOR)
+AUDIT = access(Scope.AUDIT, Role.ADMIN)

@@ -6,20 +6,21 @@ from typing import Any
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
-from controlpanel.api.auth import ApiError, access, principal
-from controlpanel.api.schemas import DeploymentCreateIn, DeploymentOut, Message, ScaleIn
-from controlpanel.roles import Role
+from controlpanel.api.auth import DEPLOY, READ, ApiError, principal
+from controlpanel.api.schemas import (
+    REFUSALS,
+    DeploymentCreateIn,
+    DeploymentOut,
+    Message,
+    ScaleIn,
+)
 from deployments import replicas
 from deployments.catalog.selectors import session_hub_token
 from deployments.lifecycle import scaling, selectors, services
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
-from playground.models import Scope
 
 router = Router(tags=["deployments"])
-READ = access(Scope.READ, Role.VIEWER)
-DEPLOY = access(Scope.DEPLOY, Role.OPERATOR)
-REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
 
 
 @router.get("/deployments", response={200: list[DeploymentOut], **REFUSALS}, auth=READ)

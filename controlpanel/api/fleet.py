@@ -8,9 +8,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Query, Router
 
-from controlpanel.api.auth import ApiError, access
-from controlpanel.api.schemas import GpuOut, HostOut, Message, PlanOut, PlanQuery
-from controlpanel.roles import Role
+from controlpanel.api.auth import READ, ApiError
+from controlpanel.api.schemas import REFUSALS, GpuOut, HostOut, Message, PlanOut, PlanQuery
 from deployments import planning
 from deployments.catalog import plan_panel as panel
 from deployments.catalog import selectors as catalog
@@ -19,11 +18,8 @@ from deployments.catalog.sources import ModelSourceError, resolve_source
 from deployments.catalog.views import PlanForm, hub_status
 from deployments.models import GpuLease
 from monitoring.models import Gpu, Host
-from playground.models import Scope
 
 router = Router(tags=["fleet"])
-READ = access(Scope.READ, Role.VIEWER)
-REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
 
 
 @router.get("/hosts", response={200: list[HostOut], **REFUSALS}, auth=READ)

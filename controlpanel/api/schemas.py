@@ -15,6 +15,10 @@ class Message(Schema):
     message: str = Field(description="what went wrong and what to change")
 
 
+# What every operation may answer before it runs: no caller, a caller refused, a bad field.
+REFUSALS: dict[int, type[Message]] = {401: Message, 403: Message, 422: Message}
+
+
 class ReplicaOut(Schema):
     id: int
     index: int
