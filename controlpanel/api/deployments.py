@@ -3,6 +3,7 @@ the UI calls, with the request, so its checks and its audit row are the UI's own
 
 from typing import Any
 
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
 
@@ -56,7 +57,7 @@ def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> Status[
         http_request=request,
         hub_token=session_hub_token(request.session),
     )
-    return Status(201, deployment_out(first))
+    return Status(201, deployment_out(_first(first.pk)))
 
 
 @router.post(
@@ -68,7 +69,7 @@ def deployment_stop(request: HttpRequest, pk: int) -> Status[dict[str, Any]]:
     first = services.deployment_stop(
         user=principal(request).user, deployment=_first(pk), http_request=request
     )
-    return Status(202, deployment_out(first))
+    return Status(202, deployment_out(_first(first.pk)))
 
 
 @router.post(
@@ -83,14 +84,23 @@ def deployment_scale(request: HttpRequest, pk: int, body: ScaleIn) -> Status[dic
         replicas=body.replicas,
         http_request=request,
     )
-    return Status(202, deployment_out(first))
+    return Status(202, deployment_out(_first(first.pk)))
 
 
 def _first(pk: int) -> Deployment:
-    found = Deployment.objects.select_related("host").filter(pk=pk).first()
+    """The deployment a replica's id names (its first replica), with what `deployment_out`
+    reads prefetched."""
+    group_id = Deployment.objects.filter(pk=pk).values_list("replica_of_id", flat=True).first()
+    found = _loaded().filter(pk=group_id or pk).first()
     if found is None:
         raise Http404(f"no deployment {pk}")
-    return found.group().select_related("host").first() or found
+    return found
+
+
+def _loaded() -> QuerySet[Deployment]:
+    return Deployment.objects.select_related("host", "created_by").prefetch_related(
+        "leases__gpu", "replicas__leases__gpu"
+    )
 
 
 def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
@@ -102,18 +112,18 @@ def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
 
 
 def deployment_out(first: Deployment) -> dict[str, Any]:
-    members = list(
-        first.group().select_related("host", "created_by").prefetch_related("leases__gpu")
-    ) or [first]
-    head = members[0]
+    """One deployment from its first replica, its replicas and leases prefetched (the list
+    selector's rows, or `_loaded`): no query per deployment."""
+    kept = sorted((r for r in first.replicas.all() if not r.retired), key=lambda r: r.replica_index)
+    members = [first, *kept]
     state = replicas.overall([m.status for m in members])
     return {
-        "id": head.pk,
-        "name": head.name,
-        "model": head.plan.get("model_ref", head.model_id),
-        "revision": head.revision,
-        "engine": head.engine,
-        "host": head.host.name,
+        "id": first.pk,
+        "name": first.name,
+        "model": first.plan.get("model_ref", first.model_id),
+        "revision": first.revision,
+        "engine": first.engine,
+        "host": first.host.name,
         "status": state.status,
         "replicas_running": state.running,
         "replicas": [
@@ -125,7 +135,7 @@ def deployment_out(first: Deployment) -> dict[str, Any]:
             }
             for m in members
         ],
-        "created_by": head.created_by.get_username() if head.created_by else None,
-        "created_at": head.created_at,
-        "command": [str(part) for part in head.plan.get("command", [])],
+        "created_by": first.created_by.get_username() if first.created_by else None,
+        "created_at": first.created_at,
+        "command": [str(part) for part in first.plan.get("command", [])],
     }

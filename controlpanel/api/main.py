@@ -13,7 +13,7 @@ from django.urls import URLPattern, URLResolver
 from ninja import NinjaAPI
 
 from controlpanel.api import audit, deployments, errors, fleet
-from controlpanel.api.auth import ApiError, SessionAuth, TokenAuth
+from controlpanel.api.auth import READ, ApiError, SessionAuth, TokenAuth
 from controlpanel.roles import Role
 from playground.models import Scope
 
@@ -73,6 +73,9 @@ api = ShardboardApi(
         "The user's role bounds every token, as in the UI."
     ),
     urls_namespace="api-v1",
+    # Every operation names its own; this default also tells the docs page to send the CSRF
+    # token, so "Try it out" works from a logged-in session.
+    auth=READ,
     docs_decorator=_schema_access,
 )
 errors.install(api)
