@@ -11,10 +11,8 @@ from ninja import Query, Router
 from controlpanel.api.auth import READ, ApiError
 from controlpanel.api.schemas import REFUSALS, GpuOut, HostOut, Message, PlanOut, PlanQuery
 from deployments import planning
-from deployments.catalog import plan_panel as panel
-from deployments.catalog import selectors as catalog
 from deployments.catalog.hub import HubError
-from deployments.catalog.sources import ModelSourceError, resolve_source
+from deployments.catalog.sources import ModelSourceError
 from deployments.catalog.views import PlanForm, hub_status
 from deployments.models import GpuLease
 from monitoring.models import Gpu, Host
@@ -84,12 +82,8 @@ def plan(request: HttpRequest, query: Query[PlanQuery]) -> dict[str, Any]:
     form = PlanForm({k: "" if v is None else v for k, v in query.dict().items()})
     if not form.is_valid():
         raise ApiError(422, f"query.{form.first_error()}")
-    data = form.cleaned_data
     try:
-        source = resolve_source(data["ref"], data["revision"])
-        spec = catalog.model_spec(source, catalog.client_for(request.session))
-        target = panel.plan_target(data["target"], data["gpus"])
-        payload, _ = panel.plan_panel(source, spec, target, form.plan_request(source))
+        payload, _ = form.plan(request.session)
     except HubError as exc:
         raise ApiError(hub_status(exc), exc.message) from exc
     except (ModelSourceError, planning.PlanningError) as exc:
