@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 
 from controlpanel.roles import Role, has_role
 from playground.models import ApiToken, PlaygroundRun
@@ -23,7 +23,8 @@ def tokens_of(*, user: Any) -> QuerySet[ApiToken]:
 def tokens_page(*, user: Any) -> QuerySet[ApiToken]:
     """The Tokens page: the user's tokens, revoked ones too (for the record); an admin sees
     everyone's."""
-    rows = ApiToken.objects.select_related("user").order_by("revoked_at", "-created_at", "-id")
+    live_first = F("revoked_at").asc(nulls_first=True)
+    rows = ApiToken.objects.select_related("user").order_by(live_first, "-created_at", "-id")
     return rows if has_role(user, Role.ADMIN) else rows.filter(user=user)
 
 

@@ -66,9 +66,12 @@ def test_users_revoke_their_own_and_admins_anyones(
     assert ApiToken.objects.get(pk=theirs.pk).revoked_at is None
     client.post(f"/tokens/{mine.pk}/revoke/")
     assert ApiToken.objects.get(pk=mine.pk).revoked_at is not None
+    services.token_create(user=viewer, name="newer", scopes=[Scope.READ])
     admin = logged_in(admin_user)
     listing = admin.get("/tokens/").content.decode()
     assert "theirs" in listing and operator.username in listing
+    names = [t.name for t in admin.get("/tokens/").context["tokens"]]
+    assert names == ["newer", "theirs", "mine"]  # live ones first, newest first
     admin.post(f"/tokens/{theirs.pk}/revoke/")
     assert ApiToken.objects.get(pk=theirs.pk).revoked_at is not None
     audit = AuditEvent.objects.filter(action="playground.apitoken.revoke").order_by("-id")[0]
