@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from playground import services, tokens
 from playground.models import ApiToken, Scope
+from playground.selectors import tokens_of
 
 pytestmark = pytest.mark.django_db
 
@@ -57,3 +58,11 @@ def test_a_bad_token_is_refused_naming_the_field(
     with pytest.raises(services.TokenError, match=error):
         services.token_create(user=operator, name="t", scopes=scopes, expires_at=expires_at)
     assert not ApiToken.objects.exists()
+
+
+def test_the_playground_lists_only_live_infer_tokens(operator: Any) -> None:
+    kept, _ = services.token_create(user=operator, name="kept", scopes=["infer", "read"])
+    services.token_create(user=operator, name="read only", scopes=["read"])
+    gone, _ = services.token_create(user=operator, name="gone")
+    ApiToken.objects.filter(pk=gone.pk).update(expires_at=timezone.now())
+    assert list(tokens_of(user=operator)) == [kept]
