@@ -26,6 +26,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "ninja",  # its templates and bundled Swagger UI: the API docs page needs no CDN
     "controlpanel",
     "monitoring",
     "deployments",

@@ -6,6 +6,8 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from controlpanel import views
+from controlpanel.api.main import api
+from controlpanel.api.main import urlpatterns as api_urlpatterns
 from controlpanel.login_throttle import ThrottledAuthenticationForm
 
 urlpatterns = [
@@ -25,6 +27,7 @@ urlpatterns = [
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("api/v1/", include((api_urlpatterns(), "ninja"), namespace=api.urls_namespace)),
     path("", include("monitoring.urls")),
     path("", include("deployments.catalog.urls")),
     path("", include("deployments.lifecycle.urls")),

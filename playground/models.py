@@ -4,6 +4,17 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
+
+
+class Scope(models.TextChoices):
+    """What a token may do; the user's role still bounds it (a viewer's deploy token deploys
+    nothing)."""
+
+    READ = "read", "Read: deployments, hosts, GPUs, plans, usage"
+    DEPLOY = "deploy", "Deploy: launch, stop and scale deployments"
+    INFER = "infer", "Infer: the OpenAI-compatible /v1/ gateway"
+    AUDIT = "audit", "Audit: read the audit trail"
 
 
 class ApiToken(models.Model):
@@ -18,6 +29,10 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Space-separated, as OAuth writes scopes. Tokens made before scopes existed were /v1/
+    # tokens, as the playground's still are: "infer".
+    scopes = models.CharField(max_length=64, default=Scope.INFER.value)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="blank: never")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -27,7 +42,18 @@ class ApiToken(models.Model):
 
     @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and not self.is_expired
+
+    @property
+    def is_expired(self) -> bool:
+        return self.expires_at is not None and self.expires_at <= timezone.now()
+
+    @property
+    def scope_list(self) -> list[str]:
+        return self.scopes.split()
+
+    def allows(self, scope: str) -> bool:
+        return scope in self.scope_list
 
 
 class Mode(models.TextChoices):

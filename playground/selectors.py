@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet
+from django.utils import timezone
 
-from playground.models import ApiToken, PlaygroundRun
+from controlpanel.roles import Role, has_role
+from playground.models import ApiToken, PlaygroundRun, Scope
 
 RUNS_SHOWN = 50
 
@@ -16,7 +18,18 @@ def runs_of(*, user: Any, limit: int = RUNS_SHOWN) -> QuerySet[PlaygroundRun]:
 
 
 def tokens_of(*, user: Any) -> QuerySet[ApiToken]:
-    return ApiToken.objects.filter(user=user, revoked_at__isnull=True).order_by("-created_at")
+    """The user's live tokens that /v1/ takes (the playground's list)."""
+    live = Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+    rows = ApiToken.objects.filter(live, user=user, revoked_at__isnull=True)
+    return rows.filter(scopes__regex=rf"(^| ){Scope.INFER.value}( |$)").order_by("-created_at")
+
+
+def tokens_page(*, user: Any) -> QuerySet[ApiToken]:
+    """The Tokens page: the user's tokens, revoked ones too (for the record); an admin sees
+    everyone's."""
+    live_first = F("revoked_at").asc(nulls_first=True)
+    rows = ApiToken.objects.select_related("user").order_by(live_first, "-created_at", "-id")
+    return rows if has_role(user, Role.ADMIN) else rows.filter(user=user)
 
 
 def run_payload(run: PlaygroundRun) -> dict[str, Any]:

@@ -17,5 +17,7 @@ urlpatterns = [
         views.token_revoke,
         name="playground-token-revoke",
     ),
+    path("tokens/", views.tokens_index, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", views.tokens_revoke, name="tokens-revoke"),
     *gateway_urlpatterns,
 ]

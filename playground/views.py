@@ -6,13 +6,16 @@ import json
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
 from playground import selectors, services
 from playground.gateway import targets
+from playground.token_forms import TokenForm
 
 
 @role_required(Role.OPERATOR)
@@ -61,6 +64,49 @@ def token_revoke(request: HttpRequest, token_id: int) -> JsonResponse:
     if not services.token_revoke(user=request.user, token_id=token_id, request=request):
         return JsonResponse({"error": {"message": "no such active token"}}, status=404)
     return JsonResponse({"revoked": token_id})
+
+
+NEW_TOKEN_SESSION_KEY = "tokens:new"  # noqa: S105 - a session key, not a secret
+
+
+@never_cache  # the one page that shows a token's plain text
+@role_required(Role.VIEWER)
+def tokens_index(request: HttpRequest) -> HttpResponse:
+    """The Tokens page. A POST makes a token and redirects (a reload makes no second one);
+    the page after it shows the plain text once: it leaves the session as it is shown."""
+    form = TokenForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            token, raw = services.token_create(
+                user=request.user,
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                expires_at=form.expires_at(),
+                request=request,
+            )
+        except services.TokenError as exc:
+            form.add_error(None, str(exc))
+        else:
+            request.session[NEW_TOKEN_SESSION_KEY] = {"name": token.name, "raw": raw}
+            return redirect("tokens")
+    shown = request.session.pop(NEW_TOKEN_SESSION_KEY, None) if request.method == "GET" else None
+    context = {
+        "form": form,
+        "created": shown,
+        "tokens": selectors.tokens_page(user=request.user),
+        "api_base": request.build_absolute_uri("/api/v1/"),
+    }
+    return render(request, "playground/tokens.html", context, status=400 if form.errors else 200)
+
+
+@role_required(Role.VIEWER)
+@require_POST
+def tokens_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    if services.token_revoke(user=request.user, token_id=token_id, request=request):
+        messages.success(request, "Token revoked: it is refused from now on.")
+    else:
+        messages.error(request, "No such active token of yours.")
+    return redirect("tokens")
 
 
 def _json_object(request: HttpRequest) -> dict[str, Any]:

@@ -108,6 +108,16 @@ class PlanForm(forms.Form):
             placement=data["placement"] or "spread",
         )
 
+    def plan(self, session: Any) -> tuple[dict[str, Any], bool]:
+        """The plan panel's answer for this valid form, and whether it fits; raises HubError,
+        ModelSourceError or PlanningError when it cannot plan (the page's JSON and the API
+        answer those alike)."""
+        data = self.cleaned_data
+        source = resolve_source(data["ref"], data["revision"])
+        spec = sel.model_spec(source, sel.client_for(session))
+        target = panel.plan_target(data["target"], data["gpus"])
+        return panel.plan_panel(source, spec, target, self.plan_request(source))
+
     def first_error(self) -> str:
         field, errors = next(iter(self.errors.items()))
         return str(errors[0]) if field == "__all__" else f"{field.replace('_', ' ')}: {errors[0]}"
@@ -252,12 +262,8 @@ def plan_api(request: HttpRequest) -> JsonResponse:
     form = PlanForm(request.GET)
     if not form.is_valid():
         return _bad(form.first_error())
-    data = form.cleaned_data
     try:
-        source = resolve_source(data["ref"], data["revision"])
-        spec = sel.model_spec(source, sel.client_for(request.session))
-        target = panel.plan_target(data["target"], data["gpus"])
-        payload, fits = panel.plan_panel(source, spec, target, form.plan_request(source))
+        payload, fits = form.plan(request.session)
     except HubError as exc:
         return _bad(exc.message, hub_status(exc))
     except (ModelSourceError, planning.PlanningError) as exc:

@@ -20,6 +20,7 @@ from controlpanel.roles import Role, has_role
 from playground import tokens
 from playground.gateway import dbwork
 from playground.gateway.cache import TtlCache
+from playground.models import Scope
 
 
 class AccessError(Exception):
@@ -82,10 +83,14 @@ def bearer_credential(request: HttpRequest) -> str | None:
 def _caller(request: HttpRequest, *, csrf: bool) -> Caller:
     credential = bearer_credential(request)
     if credential is not None:
-        user = tokens.token_user(credential)
-        if user is None:
-            raise AccessError(401, "invalid_api_key", "invalid or revoked API token")
-        return Caller(user, "token")
+        token = tokens.token_for(credential)
+        if token is None:
+            raise AccessError(401, "invalid_api_key", "invalid, expired or revoked API token")
+        if not token.allows(Scope.INFER):
+            raise AccessError(
+                403, "permission_denied", "this API token lacks the 'infer' scope that /v1/ needs"
+            )
+        return Caller(token.user, "token")
     user = session_user(request)
     if not user.is_authenticated:
         raise AccessError(

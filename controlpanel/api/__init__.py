@@ -1,0 +1,1 @@
+"""The automation API under /api/ (django-ninja): see controlpanel.api.main."""
