@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "deployments",
     "playground",
     "benchmarks",
+    "teams",
 ]
 
 MIDDLEWARE = [

@@ -7,7 +7,6 @@ sent on commit, so a worker never sees a row that might still roll back.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -19,20 +18,19 @@ from django.http import HttpRequest
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning, replicas, sealed
-from deployments.catalog.registered import host_inventory, reserved_bytes
+from deployments.catalog.registered import host_inventory
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.lifecycle import limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
-from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
-from deployments.planning.units import GIB
-from monitoring.models import Gpu, Host
+from deployments.lifecycle.errors import DeploymentError as DeploymentError
+from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
+from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
+from deployments.models import ACTIVE, Deployment, Engine, Status
+from monitoring.models import Host
+from teams import membership
 
 # A launch that lost the race for a GPU's memory plans again on what is left, this often.
 RESERVE_ATTEMPTS = 3
-
-
-class DeploymentError(Exception):
-    """Refused before anything started; the message says why and what to change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +46,7 @@ class LaunchRequest:
     # Replicas of the layout, each its own engine on its own GPUs; None: as many as fit.
     # The planner's ``plan_request.replicas`` is ignored: this field decides.
     replicas: int | None = 1
+    team: str | None = None  # None: the user's only team (or none, for a user in no team)
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -119,53 +118,6 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
     return request.engine
 
 
-class ReservationConflict(DeploymentError):
-    """Another launch reserved the memory this plan counted on, after it was made."""
-
-
-def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> None:
-    """Reserve the plan's bytes on each GPU of every replica (``rows[k]`` runs replica k + 1),
-    or refuse if they no longer fit.
-
-    The GPU rows are locked in primary-key order (no deadlock between launches sharing GPUs)
-    before the active reservations are summed, so a concurrent launch waits for this
-    transaction and then sees its reservations: no interleaving over-commits a GPU. SQLite
-    takes its one write lock at the transaction's first statement (IMMEDIATE), which does
-    the same. Every replica runs the first one's command, so each reserves the same bytes.
-    """
-    per_replica = [
-        {ref.index: mem.total_bytes for ref, mem in zip(refs, plan.per_gpu, strict=True)}
-        for refs in plan.gpus[: len(rows)]
-    ]
-    wanted: Counter[int] = Counter()
-    for replica in per_replica:
-        wanted.update(replica)
-    gpus = list(Gpu.objects.select_for_update().filter(host=host, index__in=wanted).order_by("pk"))
-    if len(gpus) != len(wanted):
-        raise DeploymentError(f"A GPU of this plan is no longer registered on {host.name}.")
-    held = reserved_bytes(g.pk for g in gpus)
-    for gpu in gpus:
-        others = held.get(gpu.pk, 0)
-        if others + wanted[gpu.index] > gpu.memory_total_bytes:
-            raise ReservationConflict(_over_message(host, gpu, others, wanted[gpu.index]))
-    by_index = {gpu.index: gpu for gpu in gpus}
-    GpuLease.objects.bulk_create(
-        GpuLease(deployment=row, gpu=by_index[index], memory_bytes=size)
-        for row, replica in zip(rows, per_replica, strict=True)
-        for index, size in replica.items()
-    )
-
-
-def _over_message(host: Host, gpu: Gpu, others: int, wanted: int) -> str:
-    free = max(gpu.memory_total_bytes - others, 0)
-    return (
-        f"GPU {gpu.index} on {host.name} has {free / GIB:.1f} GiB free of "
-        f"{gpu.memory_total_bytes / GIB:.0f} GiB after other deployments' reservations; this "
-        f"deployment needs {wanted / GIB:.1f} GiB there. Other launches took the memory first: "
-        "plan again, on other GPUs or with a smaller load."
-    )
-
-
 def _check_name(name: str) -> str:
     name = name.strip().lower()
     if problem := limits.name_problem(name):
@@ -184,6 +136,10 @@ def deployment_create(
 ) -> Deployment:
     """Plan again, lease, audit, enqueue. `hub_token`: the launcher's own, for gated models."""
     require_role(user, Role.OPERATOR)
+    try:
+        team = membership.launch_team(user, request.team)
+    except membership.TeamError as exc:
+        raise DeploymentError(str(exc)) from exc
     name = _check_name(request.name)
     host = online_host(request.host_name)
     try:
@@ -202,7 +158,12 @@ def deployment_create(
     auto_restart = (
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
-    options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
+    options = {
+        "overrides": overrides,
+        "auto_restart": bool(auto_restart),
+        "hub_token": hub_token,
+        "team": team,
+    }
     for attempt in range(RESERVE_ATTEMPTS):
         plan, _ = choose_plan(source, host, request, hub_token)
         try:
@@ -252,6 +213,7 @@ def _create(
             "model": source.ref,
             "engine": engine,
             "host": host.name,
+            "team": options["team"].name if options["team"] else None,
             "replicas": count,
             "replicas_asked": options["overrides"].get("replicas", 1),
             "gpus": [g["index"] for g in snapshot["gpus"][0]],
@@ -301,6 +263,7 @@ def _create_rows(
                 auto_restart=options["auto_restart"],
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
+                team=options["team"],
                 replica_of=rows[0] if rows else None,
                 replica_index=index,
             )
@@ -320,6 +283,22 @@ def deployment_stop(
     require_role(user, Role.OPERATOR)
     rows = list(deployment.group().select_for_update().order_by("pk"))
     first = rows[0]
+    if problem := membership.act_problem(user, first.team_id, first.name, "stopping"):
+        raise DeploymentError(problem)
+    return stop_rows(rows, actor=user, http_request=http_request)
+
+
+def stop_rows(
+    rows: list[Deployment],
+    *,
+    actor: Any,
+    http_request: HttpRequest | None = None,
+    why: str = "",
+) -> Deployment:
+    """Every live replica of `rows` (one deployment's, locked) to `stopping`, one audit row;
+    `actor` None is Shardboard itself (a quota), `why` then says why."""
+    first = rows[0]
+    by = actor.get_username() if actor is not None else why
     live = [r for r in rows if r.status not in (Status.STOPPED, Status.FAILED)]
     if not live:
         state = replicas.overall([r.status for r in rows])
@@ -327,9 +306,9 @@ def deployment_stop(
     again = [r.pk for r in live if r.status == Status.STOPPING]
     for row in live:
         if row.status != Status.STOPPING:
-            row.transition(Status.STOPPING, reason=f"stop requested by {user.get_username()}")
+            row.transition(Status.STOPPING, reason=f"stop requested by {by}")
     audit_record(
-        actor=user,
+        actor=actor,
         action="deployment.stop",
         target_type="deployment",
         target_id=first.pk,
@@ -340,6 +319,7 @@ def deployment_stop(
             "replicas": len(live),
             "replica_ids": [r.pk for r in live],
             "sent_again": again,
+            **({"reason": why} if why else {}),
         },
     )
     for row in live:
@@ -372,6 +352,7 @@ def deployment_relaunch(
         plan_request=planning.PlanRequest(**overrides),
         auto_restart=first.auto_restart,
         replicas=None if asked == "max" else int(asked),
+        team=first.team.name if first.team else None,
     )
     return deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token
