@@ -40,7 +40,9 @@ def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> Non
     if rows[0].team_id is not None:
         try:
             quota.check_launch(
-                team_id=rows[0].team_id, adding_gpus=wanted.total(), now=timezone.now()
+                team_id=rows[0].team_id,
+                adding_gpus=sum(len(r) for r in per_replica),
+                now=timezone.now(),
             )
         except quota.QuotaExceeded as exc:
             raise DeploymentError(str(exc)) from exc
