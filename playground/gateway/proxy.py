@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from playground.gateway import balance, limits, sse
+from playground.gateway import balance, limits, ratelimit, sse
 from playground.gateway.access import AccessError
 from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
 from playground.gateway.asgi import RelayResponse
@@ -46,10 +46,14 @@ async def gateway(request: HttpRequest, kind: Kind) -> HttpResponseBase:
         exchange = await admit(request, kind, started_s)
     except AccessError as exc:
         return error_response(exc.status, exc.kind, exc.message)
+    recorder = Recorder(exchange)
+    rated = await ratelimit.admit(exchange.caller.user.pk, exchange.bearer_id, time.time())
+    if rated is not None:
+        await recorder.record_and_wait(Outcome("rate_limited", 429, error=rated.message))
+        return ratelimit.refusal_response(rated)
     slot = await limits.slot_acquire(
         exchange.caller.user.pk, limit=settings.PLAYGROUND_MAX_CONCURRENT, ttl_s=stream_max_s()
     )
-    recorder = Recorder(exchange)
     if slot is None:
         return await _refuse_busy(recorder)
     holds = Holds(slot)
