@@ -72,6 +72,7 @@ EXPECTED: dict[str, str] = {
     "benchmarks/<int:pk>/cancel/": "operator",
     "benchmarks/<int:pk>/export/": "viewer",
     "benchmarks/<int:pk>/progress/": "viewer",
+    "usage/": "operator",
     "v1/chat/completions": "operator",
     "v1/completions": "operator",
     "v1/models": "operator",
