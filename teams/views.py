@@ -33,7 +33,7 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     names = list(Team.objects.order_by("name").values_list("name", flat=True))
     team = request.GET.get("team", "")
     if team and team not in names:
-        problem, team = f"Unknown team {team!r}; showing every team.", ""
+        problem, team = f"{problem} Unknown team {team!r}; showing every team.".strip(), ""
     data = usage.summary(now=timezone.now(), days=days, team=team)
     context = {
         "data": data,
