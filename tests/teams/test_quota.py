@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.utils import timezone
 
+from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import (
@@ -16,6 +18,7 @@ from deployments.lifecycle.services import (
     deployment_stop,
 )
 from deployments.models import Deployment, GpuLease, Status
+from teams.enforcement import enforce_monthly
 from teams.models import Team
 from tests.support.hosts import sim_host
 from tests.support.personas import make_user
@@ -126,3 +129,35 @@ def test_stopping_another_teams_deployment_needs_admin(host, red, operator, admi
 
 def test_a_user_in_no_team_launches_without_quota(host, operator) -> None:
     assert launch(operator, "chat").team is None
+
+
+def test_a_running_deployment_past_the_monthly_limit_is_flagged_once(host, red, operator) -> None:
+    red.gpu_hours_per_month = 1
+    red.save()
+    with time_machine.travel("2026-12-01 08:00:00+00:00", tick=False):
+        d = launch(operator, "chat", replicas=2)
+    with time_machine.travel("2026-12-01 08:20:00+00:00", tick=False):
+        assert enforce_monthly(timezone.now()) == {"flagged": [], "stopped": []}  # 0.67 h
+    with time_machine.travel("2026-12-01 08:40:00+00:00", tick=False):
+        assert enforce_monthly(timezone.now()) == {"flagged": [d.pk], "stopped": []}
+        assert enforce_monthly(timezone.now()) == {"flagged": [], "stopped": []}  # once
+    d.refresh_from_db()
+    assert d.over_quota_at is not None and d.status == Status.PENDING
+    row = AuditEvent.objects.get(action="team.quota_exceeded")
+    assert "team red used 1.3 of its 1 GPU-hours for December 2026" in row.detail["why"]
+
+
+def test_a_team_that_says_so_has_its_deployments_stopped(host, red, operator) -> None:
+    red.gpu_hours_per_month = 1
+    red.stop_over_monthly = True
+    red.save()
+    with time_machine.travel("2026-12-01 08:00:00+00:00", tick=False):
+        d = launch(operator, "chat", replicas=2)
+    with time_machine.travel("2026-12-01 09:00:00+00:00", tick=False):
+        assert enforce_monthly(timezone.now()) == {"flagged": [d.pk], "stopped": [d.pk]}
+    assert {r.status for r in d.group()} == {Status.STOPPING}
+    stop = AuditEvent.objects.get(action="deployment.stop")
+    assert stop.actor is None
+    assert stop.detail["reason"].startswith("stopped by quota: team red used 2.0 of its 1")
+    with time_machine.travel("2026-12-01 09:01:00+00:00", tick=False):
+        assert enforce_monthly(timezone.now()) == {"flagged": [], "stopped": []}
