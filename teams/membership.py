@@ -18,6 +18,17 @@ def teams_of(user: Any) -> list[Team]:
     return list(Team.objects.filter(members=user).order_by("name"))
 
 
+def team_names() -> list[str]:
+    return list(Team.objects.order_by("name").values_list("name", flat=True))
+
+
+def launchable_team_names(user: Any) -> list[str]:
+    """The teams `user` may launch for: its own; every team for an admin."""
+    if has_role(user, Role.ADMIN):
+        return team_names()
+    return [t.name for t in teams_of(user)]
+
+
 def launch_team(user: Any, name: str | None) -> Team | None:
     """The team a launch by `user` belongs to: the one named, else the user's only team.
     None for a user in no team (no quota applies)."""
