@@ -213,7 +213,7 @@ def _create(
             "model": source.ref,
             "engine": engine,
             "host": host.name,
-            "team": options["team"].name if options["team"] else None,
+            "team": team.name if (team := options.get("team")) else None,
             "replicas": count,
             "replicas_asked": options["overrides"].get("replicas", 1),
             "gpus": [g["index"] for g in snapshot["gpus"][0]],
@@ -263,7 +263,7 @@ def _create_rows(
                 auto_restart=options["auto_restart"],
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
-                team=options["team"],
+                team=options.get("team"),
                 replica_of=rows[0] if rows else None,
                 replica_index=index,
             )
