@@ -28,14 +28,7 @@ DAY_S = 86400
 MINUTE_S = 60
 
 _CHECK = """
-for i = 3, 4 do
-  local limit = tonumber(ARGV[i])
-  if limit > 0 then
-    local used = tonumber(redis.call('GET', KEYS[i]) or '0')
-    if used >= limit then return {i, used} end
-  end
-end
-for i = 1, 2 do
+for _, i in ipairs({3, 4, 1, 2}) do
   local limit = tonumber(ARGV[i])
   if limit > 0 then
     local used = tonumber(redis.call('GET', KEYS[i]) or '0')

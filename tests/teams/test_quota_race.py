@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from deployments import planning
-from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
+from deployments.lifecycle.services import LaunchRequest
 from deployments.models import GpuLease
 from teams.models import Team
 from tests.support.hosts import sim_host
+from tests.support.races import race_launches
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 LAUNCHES = 20
@@ -27,34 +27,17 @@ def test_twenty_racing_launches_never_pass_the_teams_gpu_quota(model_root: Any, 
     sim_host("quotarace", LAUNCHES)
     team = Team.objects.create(name="racers", max_gpus=QUOTA)
     team.members.add(operator)
-    barrier = threading.Barrier(LAUNCHES)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def one(i: int) -> None:
-        request = LaunchRequest(
+    requests = [
+        LaunchRequest(
             name=f"quota-{i}",
             model_ref="local:0/tiny",
             host_name="quotarace",
             plan_request=planning.PlanRequest(tensor_parallel_size=1),
             gpu_indices=(i,),
         )
-        barrier.wait()
-        try:
-            deployment_create(user=operator, request=request)
-            result = "won"
-        except DeploymentError as exc:
-            result = str(exc)
-        finally:
-            connections.close_all()
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(LAUNCHES)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(200)
+        for i in range(LAUNCHES)
+    ]
+    outcomes = race_launches(operator, requests)
     assert len(outcomes) == LAUNCHES
     wins = outcomes.count("won")
     held = GpuLease.objects.filter(active=True, deployment__team=team).count()
