@@ -5,12 +5,15 @@ automation API call the same ones (`summary`)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import IntegerField, Q, Sum
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
+from django.db.models.functions import Cast, Coalesce, TruncDate
 
 from controlpanel.models import AuditEvent
 from deployments.models import GpuLease
@@ -87,34 +90,51 @@ def gpu_hours(start: datetime, end: datetime, team: str = "") -> dict[str, Serie
 
 def gateway_tokens(start: datetime, end: datetime) -> dict[str, Series]:
     """Prompt + completion tokens per day, by API token and by deployment, from the audit rows
-    of gateway requests (a browser session counts as "playground (session)")."""
+    of gateway requests (a browser session counts as "playground (session)"), summed in the
+    database: a busy month is millions of rows."""
     names = {t.token_hash[:16]: f"{t.name} ({t.user.get_username()})" for t in _tokens()}
     by_token: Series = defaultdict(lambda: defaultdict(float))
     by_deployment: Series = defaultdict(lambda: defaultdict(float))
-    rows = AuditEvent.objects.filter(
-        action="playground.request", created_at__gte=start, created_at__lt=end
-    ).values_list("created_at", "detail")
-    for created, detail in rows:
-        used = _tokens_of(detail)
-        if not used:
+    for row in _gateway_sums(start, end, "day", "bearer", "deployment"):
+        if not row["used"]:
             continue
-        day = created.astimezone(UTC).date().isoformat()
-        bearer = detail.get("bearer_id")
+        day, bearer = row["day"].isoformat(), row["bearer"]
         label = names.get(bearer, f"token {bearer}") if bearer else "playground (session)"
-        by_token[label][day] += used
-        by_deployment[str(detail.get("deployment") or "?")][day] += used
+        by_token[label][day] += row["used"]
+        by_deployment[row["deployment"] or "?"][day] += row["used"]
     return {"token": _plain(by_token), "deployment": _plain(by_deployment)}
+
+
+def _usage_part(name: str) -> Coalesce:
+    return Coalesce(
+        Cast(KeyTextTransform(name, KeyTransform("usage", "detail")), IntegerField()), 0
+    )
+
+
+_USED = _usage_part("prompt") + _usage_part("completion")
+
+
+def _gateway_sums(start: datetime, end: datetime, *by: str) -> Iterable[dict[str, Any]]:
+    """The gateway's tokens (`used`) in [start, end), grouped by `by` (of: day, bearer,
+    deployment, actor_name)."""
+    rows: Iterable[dict[str, Any]] = (
+        AuditEvent.objects.filter(
+            action="playground.request", created_at__gte=start, created_at__lt=end
+        )
+        .annotate(
+            day=TruncDate("created_at", tzinfo=UTC),
+            bearer=KeyTextTransform("bearer_id", "detail"),
+            deployment=KeyTextTransform("deployment", "detail"),
+        )
+        .values(*by)
+        .annotate(used=Sum(_USED))
+        .order_by()
+    )
+    return rows
 
 
 def _tokens() -> list[ApiToken]:
     return list(ApiToken.objects.select_related("user"))
-
-
-def _tokens_of(detail: Any) -> int:
-    usage = detail.get("usage") if isinstance(detail, dict) else None
-    if not isinstance(usage, dict):
-        return 0
-    return sum(v for v in (usage.get("prompt"), usage.get("completion")) if isinstance(v, int))
 
 
 def _plain(series: Series) -> Series:
@@ -157,13 +177,10 @@ def gateway_limits() -> dict[str, int]:
 
 def tokens_today_by_user(now: datetime) -> dict[str, int]:
     start, _ = window(now, 1)
-    out: dict[str, int] = defaultdict(int)
-    rows = AuditEvent.objects.filter(
-        action="playground.request", created_at__gte=start, created_at__lt=now
-    ).values_list("actor_name", "detail")
-    for actor, detail in rows:
-        out[actor] += _tokens_of(detail)
-    return {k: v for k, v in sorted(out.items()) if v}
+    rows = _gateway_sums(start, now, "actor_name")
+    return {
+        r["actor_name"]: r["used"] for r in sorted(rows, key=lambda r: r["actor_name"]) if r["used"]
+    }
 
 
 def summary(*, now: datetime, days: int = 30, team: str = "") -> dict[str, Any]:

@@ -70,3 +70,4 @@ def test_gateway_tokens_by_token_and_deployment(make_fleet, operator) -> None:
         "chat": {"2026-12-03": 30, "2026-12-04": 10},
         "code": {"2026-12-04": 3},
     }
+    assert usage.tokens_today_by_user(NOW) == {"otto-operator": 13}
