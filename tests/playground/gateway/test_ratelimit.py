@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from controlpanel.models import AuditEvent
-from playground.gateway import ratelimit
+from playground.gateway import limits, ratelimit
 from playground.gateway.ratelimit import Limits
 from tests.support.gateway import bearer_for
 from tests.support.live_server import start_server, stop_server
@@ -108,7 +108,9 @@ def _ask(url: str, headers: dict[str, str]) -> httpx.Response:
     return httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers=headers, timeout=10)
 
 
-def test_two_web_processes_share_the_counts(two_servers, stub, make_deployment, operator) -> None:
+def test_two_web_processes_share_the_counts(
+    two_servers, stub, make_deployment, operator, rate_redis
+) -> None:
     urls = two_servers(GATEWAY_RPM_PER_TOKEN=4, GATEWAY_RPM_PER_USER=6)
     make_deployment("tiny", stub.port)
     first, second = bearer_for(operator), bearer_for(operator)
@@ -130,6 +132,9 @@ def test_two_web_processes_share_the_counts(two_servers, stub, make_deployment, 
         lambda: list(AuditEvent.objects.filter(detail__status="rate_limited")), timeout_s=5
     )
     assert len(rows) == 2 and all(r.detail["http_status"] == 429 for r in rows)
+    # A refused request took a concurrency slot side by side with the check: given back.
+    slots = redis.Redis.from_url(rate_redis.url).zcard(limits.slot_key(operator.pk))
+    assert slots == 0
 
 
 def test_tokens_per_day_are_counted_from_the_answers(
