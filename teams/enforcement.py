@@ -15,7 +15,7 @@ from django.db import transaction
 from controlpanel.audit import audit_record
 from deployments.lifecycle.services import stop_rows
 from deployments.models import Deployment, Status
-from teams import quota
+from teams import hours, quota
 from teams.models import Team
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,17 @@ def enforce_monthly(now: datetime) -> dict[str, Any]:
     """Flag (and stop, where set) the live deployments of every team past its monthly limit."""
     flagged: list[int] = []
     stopped: list[int] = []
+    # A flag holds for its month, and only while the limit is still passed (an admin may
+    # raise it, or remove it).
+    Deployment.objects.filter(over_quota_at__lt=hours.month_start(now)).update(over_quota_at=None)
+    Deployment.objects.filter(
+        over_quota_at__isnull=False, team__gpu_hours_per_month__isnull=True
+    ).update(over_quota_at=None)
     for team in Team.objects.filter(gpu_hours_per_month__isnull=False):
         limit = team.gpu_hours_per_month or 0.0  # never None here: filtered above
         used = quota.gpu_hours_month(team.pk, now)
         if used < limit:
+            team.deployments.filter(over_quota_at__isnull=False).update(over_quota_at=None)
             continue
         why = f"team {team.name} used {used:.1f} of its {limit:g} GPU-hours for {now:%B %Y}"
         for first in _live_firsts(team):

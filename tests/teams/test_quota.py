@@ -145,6 +145,12 @@ def test_a_running_deployment_past_the_monthly_limit_is_flagged_once(host, red, 
     assert d.over_quota_at is not None and d.status == Status.PENDING
     row = AuditEvent.objects.get(action="team.quota_exceeded")
     assert "team red used 1.3 of its 1 GPU-hours for December 2026" in row.detail["why"]
+    red.gpu_hours_per_month = 10  # an admin raised it: the flag goes
+    red.save()
+    with time_machine.travel("2026-12-01 08:45:00+00:00", tick=False):
+        enforce_monthly(timezone.now())
+    d.refresh_from_db()
+    assert d.over_quota_at is None
 
 
 def test_a_team_that_says_so_has_its_deployments_stopped(host, red, operator) -> None:
