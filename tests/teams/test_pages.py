@@ -74,3 +74,19 @@ def test_stop_of_another_teams_deployment_says_it_needs_admin(
     assert "chat belongs to team red, which you are not in; stopping another team&#x27;s" in page
     d.refresh_from_db()
     assert d.status == "pending"
+
+
+def test_admins_manage_teams_and_members_in_the_admin(client: Client, operator) -> None:
+    admin = make_user("root-admin", None)
+    admin.is_staff = admin.is_superuser = True
+    admin.save()
+    client.force_login(admin)
+    response = client.post(
+        "/admin/teams/team/add/",
+        {"name": "green", "members": [operator.pk], "max_gpus": "2", "gpu_hours_per_month": ""},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    team = Team.objects.get(name="green")
+    assert team.max_gpus == 2 and team.gpu_hours_per_month is None
+    assert list(team.members.all()) == [operator]
+    assert "green" in client.get("/admin/teams/team/").content.decode()
