@@ -5,6 +5,7 @@
         [--arrivals burst|staggered] [--levels 1,8,32]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab \
         [--variant NAME=[git:REV,]ENV=VALUE[,ENV=VALUE]]... [--levels 8,32] [--blocks 7]
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab --rate-limits
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
 (tests/support/stub_upstream.py, its own process), a real ASGI server running Shardboard
@@ -22,6 +23,10 @@ private redis-server; per level, blocks of bursts go direct and then to every va
 rotated order, and each block gives each variant its server's CPU per request (on-CPU time of
 every thread, from /proc/PID/task/*/schedstat), Redis's, and its added TTFT p50 (against the
 direct run of the same block). Printed: the median over blocks and the spread (min–max).
+
+--rate-limits: the gateway's per-token and per-user limits (gateway.ratelimit) switched on, so
+high that they never refuse: every request pays its Lua script in Redis and its tokens'
+charge. With --ab and no --variant: the same tree with them off against on.
 """
 
 from __future__ import annotations
@@ -178,11 +183,24 @@ def parse_variants(specs: list[str]) -> dict[str, tuple[str | None, dict[str, st
 
 
 AB_VARIANTS = ["HEAD=git:HEAD", "this-tree="]  # an uncommitted change against its base
+# Checked on every request, never refusing one (the settings' highest values).
+RATE_LIMITS = {
+    "GATEWAY_RPM_PER_TOKEN": "10000000",
+    "GATEWAY_RPM_PER_USER": "10000000",
+    "GATEWAY_TOKENS_PER_DAY_PER_TOKEN": str(10**12),
+    "GATEWAY_TOKENS_PER_DAY_PER_USER": str(10**12),
+}
+
+
+def rate_limit_variants() -> list[str]:
+    on = ",".join(f"{k}={v}" for k, v in RATE_LIMITS.items())
+    return ["limits-off=GATEWAY_RPM_PER_USER=0", f"limits-on={on}"]
 
 
 def main_ab(args: argparse.Namespace, levels: list[int]) -> int:
     rounds = {c: args.rounds or {8: 6, 32: 3}.get(c, 6) for c in levels}
-    variants = parse_variants(args.variant or AB_VARIANTS)
+    default = rate_limit_variants() if args.rate_limits else AB_VARIANTS
+    variants = parse_variants(args.variant or default)
     upstream_port, redis_port = free_port(), free_port()
     workers = args.workers or webserver.default_workers()
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
@@ -258,6 +276,11 @@ def main() -> int:
     parser.add_argument("--ab", action="store_true", help="compare variants (see above)")
     parser.add_argument("--variant", action="append", help="NAME=ENV=VALUE[,ENV=VALUE] (--ab)")
     parser.add_argument("--blocks", type=int, default=7, help="blocks per level (--ab)")
+    parser.add_argument(
+        "--rate-limits",
+        action="store_true",
+        help="the gateway's rate limits on, never biting (with --ab: off against on)",
+    )
     args = parser.parse_args()
     if args.ab:
         return main_ab(args, [int(level) for level in (args.levels or "8,32").split(",")])
@@ -270,6 +293,7 @@ def main() -> int:
     upstream_port, server_port = free_port(), free_port()
     with tempfile.TemporaryDirectory(prefix="proxy-bench-") as tmp:
         env = bench_env(Path(tmp))
+        env.update(RATE_LIMITS if args.rate_limits else {})
         token = prepare_database(env, upstream_port)
         procs = [start_upstream(upstream_port, args.tokens, args.interval_ms)]
         workers = args.workers or webserver.default_workers()

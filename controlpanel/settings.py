@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "deployments",
     "playground",
     "benchmarks",
+    "teams",
 ]
 
 MIDDLEWARE = [
@@ -220,6 +221,19 @@ PLAYGROUND_MAX_BODY_BYTES = env.env_int(
 )
 # Choices per request (`n`, `best_of`): each is a whole generation on the engine.
 PLAYGROUND_MAX_CHOICES = env.env_int("PLAYGROUND_MAX_CHOICES", 8, low=1, high=128)
+# How often each host worker checks the teams' monthly GPU-hours against their running
+# deployments (teams.tasks); 0: never.
+SHARDBOARD_QUOTA_CHECK_S = env.env_float("SHARDBOARD_QUOTA_CHECK_S", 60, low=0, high=86400)
+# Rate limits on /v1/, counted in Redis for every web process (playground.gateway.ratelimit);
+# 0: no limit. Minutes and days are UTC windows.
+GATEWAY_RPM_PER_TOKEN = env.env_int("GATEWAY_RPM_PER_TOKEN", 0, low=0, high=10_000_000)
+GATEWAY_RPM_PER_USER = env.env_int("GATEWAY_RPM_PER_USER", 0, low=0, high=10_000_000)
+GATEWAY_TOKENS_PER_DAY_PER_TOKEN = env.env_int(
+    "GATEWAY_TOKENS_PER_DAY_PER_TOKEN", 0, low=0, high=10**12
+)
+GATEWAY_TOKENS_PER_DAY_PER_USER = env.env_int(
+    "GATEWAY_TOKENS_PER_DAY_PER_USER", 0, low=0, high=10**12
+)
 PLAYGROUND_CONNECT_TIMEOUT_S = env.env_float("PLAYGROUND_CONNECT_TIMEOUT_S", 3, low=0.1, high=60)
 PLAYGROUND_READ_TIMEOUT_S = env.env_float("PLAYGROUND_READ_TIMEOUT_S", 120, low=1, high=3600)
 PLAYGROUND_STREAM_MAX_S = env.env_float("PLAYGROUND_STREAM_MAX_S", 900, low=1, high=86400)

@@ -33,4 +33,5 @@ urlpatterns = [
     path("", include("deployments.lifecycle.urls")),
     path("", include("playground.urls")),
     path("", include("benchmarks.urls")),
+    path("", include("teams.urls")),
 ]

@@ -15,14 +15,18 @@ from controlpanel.audittrail.checkpoint import chain_status
 from controlpanel.hosts import HostRetireError, host_retire
 from controlpanel.roles import Role, role_required
 from deployments.lifecycle.selectors import active_rows
+from teams.membership import team_names
 
 
 @role_required(Role.VIEWER)
 def dashboard(request: HttpRequest) -> HttpResponse:
+    team = request.GET.get("team", "")
     context = {
         "hosts": selectors.host_overview(),
         "live": selectors.live_data_status(),
-        "deployments": active_rows(),
+        "deployments": active_rows(team),
+        "teams": team_names(),
+        "team": team,
     }
     return render(request, "controlpanel/dashboard.html", context)
 

@@ -91,6 +91,17 @@ class Deployment(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="deployments"
     )
+    # Empty for a deployment launched before teams, or by a user in no team: no quota applies.
+    team = models.ForeignKey(
+        "teams.Team",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="deployments",
+    )
+    over_quota_at = models.DateTimeField(
+        null=True, blank=True, help_text="when its team's monthly GPU-hours ran out while it ran"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

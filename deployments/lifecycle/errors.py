@@ -1,4 +1,6 @@
-"""The one error the lifecycle services raise for a refusal."""
+"""The refusal every deployment service raises."""
+
+from __future__ import annotations
 
 
 class DeploymentError(Exception):

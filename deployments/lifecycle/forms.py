@@ -75,8 +75,16 @@ class LaunchForm(forms.Form):
         label="Restart the engine if it dies",
     )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    team = forms.ChoiceField(choices=[("", "your only team")], required=False, label="Team")
+
+    def __init__(self, *args: Any, teams: list[str] | None = None, **kwargs: Any) -> None:
+        """`teams`: the teams the user may launch for (an admin: every team)."""
         super().__init__(*args, **kwargs)
+        names = teams or []
+        first = "your only team" if len(names) <= 1 else "choose a team"
+        cast(forms.ChoiceField, self.fields["team"]).choices = [("", first)] + [
+            (n, n) for n in names
+        ]
         default = "on" if settings.SHARDBOARD_AUTO_RESTART else "off"
         cast(forms.ChoiceField, self.fields["auto_restart"]).choices = [
             ("", f"Server default ({default})"),
@@ -124,4 +132,5 @@ class LaunchForm(forms.Form):
             replicas=data["replicas"],
             hosts=tuple(data.get("hosts") or ()),
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
+            team=data.get("team") or None,
         )

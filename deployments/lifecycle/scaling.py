@@ -33,6 +33,7 @@ from deployments.lifecycle.services import (
     reserve_gpus,
 )
 from deployments.models import ACTIVE, Deployment, Status
+from teams import membership
 
 MAX_REPLICAS = 16
 _LIVE = frozenset(ACTIVE) - {Status.STOPPING}
@@ -53,6 +54,8 @@ def deployment_scale(
         rows = list(deployment.group().select_for_update().order_by("replica_index"))
         live = [r for r in rows if r.status in _LIVE]
         first = rows[0]
+        if problem := membership.act_problem(user, first.team_id, first.name, "scaling"):
+            raise DeploymentError(problem)
         if not live or first.status not in _LIVE:
             raise DeploymentError(f"{first.name} is not running; launch it again instead.")
         if first.plan.get("multi_host"):
@@ -186,6 +189,7 @@ def _new_rows(
                         auto_restart=first.auto_restart,
                         hub_token_sealed=first.hub_token_sealed,
                         created_by=first.created_by,
+                        team_id=first.team_id,
                         replica_of=first,
                         replica_index=start + k,
                     )

@@ -26,10 +26,16 @@ class ListFilters:
     status: str = ""
     host: str = ""
     owner: str = ""
+    team: str = ""
 
     @classmethod
     def from_query(cls, query: QueryDict) -> ListFilters:
-        return cls(query.get("status", ""), query.get("host", ""), query.get("owner", "").strip())
+        return cls(
+            query.get("status", ""),
+            query.get("host", ""),
+            query.get("owner", "").strip(),
+            query.get("team", ""),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +55,7 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
     """One row per deployment (its replicas folded in); a filter matches any of its replicas."""
     rows = (
         Deployment.objects.filter(replica_of__isnull=True)
-        .select_related("host", "created_by")
+        .select_related("host", "created_by", "team")
         .prefetch_related("leases__gpu", "replicas__leases__gpu")
     )
     if filters.status:
@@ -58,16 +64,19 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
         rows = rows.filter(Q(host__name=filters.host) | Q(replicas__host__name=filters.host))
     if filters.owner:
         rows = rows.filter(created_by__username__icontains=filters.owner)
+    if filters.team:
+        rows = rows.filter(team__name=filters.team)
     return [_list_row(d) for d in rows.distinct()]
 
 
-def active_rows() -> list[ListRow]:
-    """The deployments with a replica still up (the dashboard's list), their replicas folded."""
+def active_rows(team: str = "") -> list[ListRow]:
+    """The deployments with a replica still up (the dashboard's list), their replicas folded;
+    `team`: only that team's."""
     live = list(ACTIVE)
     rows = (
-        Deployment.objects.filter(replica_of__isnull=True)
+        Deployment.objects.filter(replica_of__isnull=True, **({"team__name": team} if team else {}))
         .filter(Q(status__in=live) | Q(replicas__status__in=live))
-        .select_related("host")
+        .select_related("host", "team")
         .prefetch_related("leases__gpu", "replicas__leases__gpu")
         .order_by("host__name", "name")
     )

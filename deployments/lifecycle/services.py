@@ -7,28 +7,28 @@ sent on commit, so a worker never sees a row that might still roll back.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning, replicas, sealed
-from deployments.catalog.registered import host_inventory, planner_host, reserved_bytes
+from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.lifecycle import limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
+from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
+from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
-from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
-from deployments.planning.units import GIB
-from monitoring.models import Gpu, Host
+from deployments.models import ACTIVE, Deployment, Engine, Status
+from monitoring.models import Host
+from teams import membership
 
 # A launch that lost the race for a GPU's memory plans again on what is left, this often.
 RESERVE_ATTEMPTS = 3
@@ -50,6 +50,7 @@ class LaunchRequest:
     # Further hosts the model may span (one replica, vLLM on a Ray cluster of its own); the
     # engine runs on the host of its first pipeline stage.
     hosts: tuple[str, ...] = ()
+    team: str | None = None  # None: the user's only team (or none, for a user in no team)
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -124,59 +125,6 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
     return request.engine
 
 
-class ReservationConflict(DeploymentError):
-    """Another launch reserved the memory this plan counted on, after it was made."""
-
-
-def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> None:
-    """Reserve the plan's bytes on each GPU of every replica (``rows[k]`` runs replica k + 1),
-    or refuse if they no longer fit.
-
-    The GPU rows are locked in primary-key order (no deadlock between launches sharing GPUs)
-    before the active reservations are summed, so a concurrent launch waits for this
-    transaction and then sees its reservations: no interleaving over-commits a GPU. SQLite
-    takes its one write lock at the transaction's first statement (IMMEDIATE), which does
-    the same. Every replica runs the first one's command, so each reserves the same bytes.
-    """
-    per_replica = [
-        {
-            (ref.host or host.name, ref.index): mem.total_bytes
-            for ref, mem in zip(refs, plan.per_gpu, strict=True)
-        }
-        for refs in plan.gpus[: len(rows)]
-    ]
-    wanted: Counter[tuple[str, int]] = Counter()
-    for replica in per_replica:
-        wanted.update(replica)
-    match = Q(pk__in=[])
-    for name, index in wanted:
-        match |= Q(host__name=name, index=index)
-    gpus = list(Gpu.objects.select_for_update().filter(match).select_related("host").order_by("pk"))
-    if len(gpus) != len(wanted):
-        raise DeploymentError(f"A GPU of this plan is no longer registered on {host.name}.")
-    held = reserved_bytes(g.pk for g in gpus)
-    for gpu in gpus:
-        others, want = held.get(gpu.pk, 0), wanted[gpu.host.name, gpu.index]
-        if others + want > gpu.memory_total_bytes:
-            raise ReservationConflict(_over_message(gpu.host, gpu, others, want))
-    by_ref = {(gpu.host.name, gpu.index): gpu for gpu in gpus}
-    GpuLease.objects.bulk_create(
-        GpuLease(deployment=row, gpu=by_ref[ref], memory_bytes=size)
-        for row, replica in zip(rows, per_replica, strict=True)
-        for ref, size in replica.items()
-    )
-
-
-def _over_message(host: Host, gpu: Gpu, others: int, wanted: int) -> str:
-    free = max(gpu.memory_total_bytes - others, 0)
-    return (
-        f"GPU {gpu.index} on {host.name} has {free / GIB:.1f} GiB free of "
-        f"{gpu.memory_total_bytes / GIB:.0f} GiB after other deployments' reservations; this "
-        f"deployment needs {wanted / GIB:.1f} GiB there. Other launches took the memory first: "
-        "plan again, on other GPUs or with a smaller load."
-    )
-
-
 def _check_name(name: str) -> str:
     name = name.strip().lower()
     if problem := limits.name_problem(name):
@@ -195,6 +143,10 @@ def deployment_create(
 ) -> Deployment:
     """Plan again, lease, audit, enqueue. `hub_token`: the launcher's own, for gated models."""
     require_role(user, Role.OPERATOR)
+    try:
+        team = membership.launch_team(user, request.team)
+    except membership.TeamError as exc:
+        raise DeploymentError(str(exc)) from exc
     name = _check_name(request.name)
     host = online_host(request.host_name)
     try:
@@ -213,7 +165,12 @@ def deployment_create(
     auto_restart = (
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
-    options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
+    options = {
+        "overrides": overrides,
+        "auto_restart": bool(auto_restart),
+        "hub_token": hub_token,
+        "team": team,
+    }
     check_hosts(request.host_name, request.hosts, request.replicas)
     for attempt in range(RESERVE_ATTEMPTS):
         plan, _ = choose_plan(source, host, request, hub_token)
@@ -271,6 +228,7 @@ def _create(
             "host": host.name,
             "hosts": [h.name for h in spanned_hosts(plan, host)],
             "multi_host": plan.multi_host,
+            "team": team.name if (team := options.get("team")) else None,
             "replicas": count,
             "replicas_asked": options["overrides"].get("replicas", 1),
             "gpus": [g["index"] for g in snapshot["gpus"][0]],
@@ -320,6 +278,7 @@ def _create_rows(
                 auto_restart=options["auto_restart"],
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
+                team=options.get("team"),
                 replica_of=rows[0] if rows else None,
                 replica_index=index,
             )
@@ -339,6 +298,22 @@ def deployment_stop(
     require_role(user, Role.OPERATOR)
     rows = list(deployment.group().select_for_update().order_by("pk"))
     first = rows[0]
+    if problem := membership.act_problem(user, first.team_id, first.name, "stopping"):
+        raise DeploymentError(problem)
+    return stop_rows(rows, actor=user, http_request=http_request)
+
+
+def stop_rows(
+    rows: list[Deployment],
+    *,
+    actor: Any,
+    http_request: HttpRequest | None = None,
+    why: str = "",
+) -> Deployment:
+    """Every live replica of `rows` (one deployment's, locked) to `stopping`, one audit row;
+    `actor` None is Shardboard itself (a quota), `why` then says why."""
+    first = rows[0]
+    by = actor.get_username() if actor is not None else why
     live = [r for r in rows if r.status not in (Status.STOPPED, Status.FAILED)]
     if not live:
         state = replicas.overall([r.status for r in rows])
@@ -346,9 +321,9 @@ def deployment_stop(
     again = [r.pk for r in live if r.status == Status.STOPPING]
     for row in live:
         if row.status != Status.STOPPING:
-            row.transition(Status.STOPPING, reason=f"stop requested by {user.get_username()}")
+            row.transition(Status.STOPPING, reason=f"stop requested by {by}")
     audit_record(
-        actor=user,
+        actor=actor,
         action="deployment.stop",
         target_type="deployment",
         target_id=first.pk,
@@ -359,6 +334,7 @@ def deployment_stop(
             "replicas": len(live),
             "replica_ids": [r.pk for r in live],
             "sent_again": again,
+            **({"reason": why} if why else {}),
         },
     )
     for row in live:
@@ -392,6 +368,7 @@ def deployment_relaunch(
         auto_restart=first.auto_restart,
         replicas=None if asked == "max" else int(asked),
         hosts=further_hosts(first),
+        team=first.team.name if first.team else None,
     )
     return deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token

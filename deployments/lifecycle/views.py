@@ -13,6 +13,7 @@ from deployments.lifecycle import dispatch, scaling, selectors, services
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
+from teams import membership
 
 
 def _session_hub_token(request: HttpRequest) -> str | None:
@@ -28,6 +29,7 @@ def deployment_list(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "hosts": selectors.host_names(),
         "statuses": selectors.STATUS_CHOICES,
+        "teams": membership.team_names(),
     }
     return render(request, "deployments/list.html", context)
 
@@ -61,7 +63,8 @@ def deployment_memory(request: HttpRequest, pk: int) -> JsonResponse:
 
 @role_required(Role.OPERATOR)
 def deployment_new(request: HttpRequest) -> HttpResponse:
-    form = LaunchForm(request.POST or None, initial=request.GET.dict())
+    teams = membership.launchable_team_names(request.user)
+    form = LaunchForm(request.POST or None, initial=request.GET.dict(), teams=teams)
     if request.method == "POST" and form.is_valid():
         try:
             deployment = services.deployment_create(

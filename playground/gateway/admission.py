@@ -14,8 +14,15 @@ from django.db.models import Model
 from django.http import HttpRequest
 
 from controlpanel.audit import client_ip
-from playground.gateway import dbwork, rows
-from playground.gateway.access import AccessError, Caller, auth_cache_s, authenticate_async
+from playground import tokens
+from playground.gateway import dbwork, ratelimit, rows
+from playground.gateway.access import (
+    AccessError,
+    Caller,
+    auth_cache_s,
+    authenticate_async,
+    bearer_credential,
+)
 from playground.gateway.balance import ROTATION_S
 from playground.gateway.cache import TtlCache
 from playground.gateway.errors import body_too_large_message
@@ -52,6 +59,7 @@ class Exchange:
     ip: str | None
     started_s: float
     replicas: tuple[Target, ...] = ()
+    bearer_id: str = ""  # the API token's (ratelimit.bearer_id); empty for a session
 
 
 async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
@@ -66,7 +74,11 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
         raise
     from_playground = request.META.get(_PLAYGROUND_META) == "1"
     ip = client_ip(request)
-    return Exchange(caller, call, replicas[0], length, from_playground, ip, started_s, replicas)
+    credential = bearer_credential(request) if caller.via == "token" else None
+    bearer = ratelimit.bearer_id(tokens.token_hash(credential)) if credential else ""
+    return Exchange(
+        caller, call, replicas[0], length, from_playground, ip, started_s, replicas, bearer
+    )
 
 
 def request_body(request: HttpRequest) -> bytes:

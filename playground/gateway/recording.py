@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from typing import TYPE_CHECKING
 
 from django.db.models import Model
 
-from playground.gateway import dbwork, rows
+from playground.gateway import dbwork, ratelimit, rows
 from playground.gateway.rows import Outcome
 from playground.models import PlaygroundRun
 
@@ -36,11 +37,21 @@ class Recorder:
     ) -> concurrent.futures.Future[list[Model]]:
         if self._future is None:
             self._future = dbwork.submit(rows_of, self.exchange, outcome, urgent=urgent)
+            _charge(self.exchange, outcome)
         return self._future
 
     async def record_and_wait(self, outcome: Outcome) -> int | None:
         """Recorded now; the run's id (None: not from the playground page)."""
         return run_id(await dbwork.wait(self.record(outcome, urgent=True)))
+
+
+def _charge(exchange: Exchange, outcome: Outcome) -> None:
+    """The answer's tokens, counted against the caller's daily limits (gateway.ratelimit)."""
+    timings = outcome.timings
+    used = (timings.get("prompt_tokens") or 0) + (timings.get("completion_tokens") or 0)
+    if used:
+        user_id = exchange.caller.user.pk
+        ratelimit.charge_soon(user_id, exchange.bearer_id, int(used), time.time())
 
 
 def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:
@@ -54,6 +65,7 @@ def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:
         outcome=outcome,
         length=exchange.length,
         ip=exchange.ip,
+        bearer_id=exchange.bearer_id,
     )
     if not exchange.from_playground:
         return [audit]

@@ -35,6 +35,7 @@ def gateway_audit_row(
     outcome: Outcome,
     length: LengthCap | None = None,
     ip: str | None = None,
+    bearer_id: str = "",
 ) -> AuditEvent:
     """The audit row of one gateway request, not yet saved (playground.gateway.dbwork inserts
     them in groups). Keys avoid 'token': the audit scrubber masks those."""
@@ -47,6 +48,8 @@ def gateway_audit_row(
         "http_status": outcome.http_status,
         **_timing_detail(outcome.timings),
     }
+    if bearer_id:  # which API token (usage by token); not a secret: a hash's first characters
+        detail["bearer_id"] = bearer_id
     if length is not None:
         detail["length"] = {"asked": length.asked, "sent": length.sent}
     if outcome.error:

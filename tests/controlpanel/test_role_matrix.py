@@ -87,6 +87,7 @@ EXPECTED: dict[str, str] = {
     "api/v1/plan": "viewer",
     "api/v1/audit": "admin",
     "api/v1/usage": "viewer",
+    "usage/": "operator",
     "v1/chat/completions": "operator",
     "v1/completions": "operator",
     "v1/models": "operator",
