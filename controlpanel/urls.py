@@ -30,3 +30,6 @@ urlpatterns = [
     path("", include("playground.urls")),
     path("", include("benchmarks.urls")),
 ]
+
+# A database that does not answer is a 503 that says so (controlpanel.dbdown).
+handler500 = "controlpanel.dbdown.server_error"
