@@ -113,6 +113,7 @@ async def run_level(
     rounds: int,
     pids: dict[str, int],
     stagger_s: float | None = None,
+    model: str = "bench",
 ) -> Level:
     """`rounds` requests on each of `concurrency` keep-alive connections.
 
@@ -121,7 +122,7 @@ async def run_level(
     back, so that streams start evenly spread, as in a steady state of that many streams.
     """
     parts = urlsplit(url)
-    body = json.dumps(BODY).encode()
+    body = json.dumps({**BODY, "model": model}).encode()
     conns = [
         Connection(parts.hostname or "127.0.0.1", parts.port or 80) for _ in range(concurrency)
     ]
