@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -107,7 +107,7 @@ class Level:
 
 
 async def run_level(
-    url: str,
+    url: str | Sequence[str],
     headers: dict[str, str],
     concurrency: int,
     rounds: int,
@@ -115,16 +115,19 @@ async def run_level(
     stagger_s: float | None = None,
     model: str = "bench",
 ) -> Level:
-    """`rounds` requests on each of `concurrency` keep-alive connections.
+    """`rounds` requests on each of `concurrency` keep-alive connections (to ``url``, or,
+    given several, connection i to the i-th modulo their number: the same path on each).
 
     Burst (stagger_s None): every round starts all streams at once and waits for all.
     Staggered: connection i starts i * stagger_s later and then sends its requests back to
     back, so that streams start evenly spread, as in a steady state of that many streams.
     """
-    parts = urlsplit(url)
+    urls = [urlsplit(u) for u in ([url] if isinstance(url, str) else url)]
+    parts = urls[0]
     body = json.dumps({**BODY, "model": model}).encode()
     conns = [
-        Connection(parts.hostname or "127.0.0.1", parts.port or 80) for _ in range(concurrency)
+        Connection(u.hostname or "127.0.0.1", u.port or 80)
+        for u in (urls[i % len(urls)] for i in range(concurrency))
     ]
 
     async def one_connection(index: int, conn: Connection) -> list[Stream]:

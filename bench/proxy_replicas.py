@@ -4,10 +4,12 @@ Starts, on loopback: four stand-in engines (each its own process, streaming at a
 a private redis-server (the gateway's shared in-flight counts per replica, which pick the
 least-loaded healthy replica), and the web server as `make run` starts it, on a throwaway
 SQLite database with two deployments: `one` (one replica, the first engine) and `four` (four
-replicas, all four engines). Per level, blocks in which the same load goes direct to the first
-engine, then through the gateway to `one` and to `four` (their order rotated each block).
-Per block and variant: the added TTFT p50 (against the direct run of the same block) and the
-throughput as a share of direct. Printed: the median over blocks and the spread (min–max),
+replicas, all four engines). Per level, blocks in which the same load goes direct to the
+first engine, direct to the four engines (connection i to engine i mod 4), then through the
+gateway to `one` and to `four` (their order rotated each block). Per block and variant: the
+added TTFT p50 and the throughput as a share of direct, each against the direct run of the
+same block to the same engines (one engine for `one`, the four for `four`): what the gateway
+adds, not what four engine processes cost the machine instead of one. Printed: the median over blocks and the spread (min–max),
 and how the engines' CPU split over the four replicas (the balance actually spreading).
 """
 
@@ -47,7 +49,7 @@ class Block:
 
 
 async def measure(
-    direct_url: str,
+    direct_urls: list[str],
     proxy_url: str,
     token: str,
     levels: list[int],
@@ -64,14 +66,17 @@ async def measure(
         for model in VARIANTS.values():  # every server process's first requests
             await run_level(proxy_url, auth, concurrency, 1, {}, model=model)
         for block in range(blocks):
-            direct = await run_level(direct_url, {}, concurrency, n, {}, model="one")
+            direct = {
+                "one": await run_level(direct_urls[:1], {}, concurrency, n, {}),
+                "four": await run_level(direct_urls, {}, concurrency, n, {}),
+            }
             shift = block % len(names)
             for name in names[shift:] + names[:shift]:
-                level = await run_level(
-                    proxy_url, auth, concurrency, n, engines, model=VARIANTS[name]
-                )
-                added = statistics.median(level.ttfts_s) - statistics.median(direct.ttfts_s)
-                ratio = level.throughput / direct.throughput
+                model = VARIANTS[name]
+                level = await run_level(proxy_url, auth, concurrency, n, engines, model=model)
+                base = direct[model]
+                added = statistics.median(level.ttfts_s) - statistics.median(base.ttfts_s)
+                ratio = level.throughput / base.throughput
                 cpu = [level.cpu_s[key] for key in engines]
                 results[concurrency][name].append(Block(added, ratio, cpu))
     return results
@@ -116,7 +121,7 @@ def main(args: argparse.Namespace, levels: list[int]) -> int:
                 f"{os.cpu_count()} CPUs, {args.blocks} blocks, rounds per block "
                 f"{ {c: ROUNDS.get(c, 2) for c in levels} }"
             )
-            direct = f"http://127.0.0.1:{ports[0]}/v1/chat/completions"
+            direct = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
             proxied = f"http://127.0.0.1:{server_port}/v1/chat/completions"
             pids = [proc.pid for proc in procs[:REPLICAS]]
             run = measure(direct, proxied, token, levels, args.blocks, pids)
