@@ -46,6 +46,8 @@ class Block:
     added_ttft_s: float
     throughput_ratio: float
     engine_cpu_s: list[float]
+    server_cpu_s: float  # per request, every web server process
+    redis_cpu_s: float  # per request
 
 
 async def measure(
@@ -54,10 +56,12 @@ async def measure(
     token: str,
     levels: list[int],
     blocks: int,
-    engine_pids: list[int],
+    pids: list[int],
 ) -> dict[int, dict[str, list[Block]]]:
+    """pids: the engines', then Redis's and the web server's."""
     auth = {"Authorization": f"Bearer {token}"}
-    engines = {f"engine{i}": pid for i, pid in enumerate(engine_pids)}
+    engines = {f"engine{i}": pid for i, pid in enumerate(pids[:REPLICAS])}
+    watched = {**engines, "redis": pids[REPLICAS], "server": pids[REPLICAS + 1]}
     names = list(VARIANTS)
     results: dict[int, dict[str, list[Block]]] = {}
     for concurrency in levels:
@@ -73,12 +77,14 @@ async def measure(
             shift = block % len(names)
             for name in names[shift:] + names[:shift]:
                 model = VARIANTS[name]
-                level = await run_level(proxy_url, auth, concurrency, n, engines, model=model)
+                level = await run_level(proxy_url, auth, concurrency, n, watched, model=model)
                 base = direct[model]
                 added = statistics.median(level.ttfts_s) - statistics.median(base.ttfts_s)
                 ratio = level.throughput / base.throughput
                 cpu = [level.cpu_s[key] for key in engines]
-                results[concurrency][name].append(Block(added, ratio, cpu))
+                requests = len(level.ttfts_s)
+                server, redis_cpu = (level.cpu_s[k] / requests for k in ("server", "redis"))
+                results[concurrency][name].append(Block(added, ratio, cpu, server, redis_cpu))
     return results
 
 
@@ -89,16 +95,21 @@ def report(results: dict[int, dict[str, list[Block]]]) -> None:
 
     print(
         "| streams | behind the name | added TTFT p50 ms | throughput vs direct % "
-        "| engine CPU per replica % | blocks |"
+        "| server CPU/request µs | Redis CPU/request µs | engine CPU per replica % | blocks |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for concurrency, by_name in results.items():
         for name, blocks in by_name.items():
             added = cell([b.added_ttft_s for b in blocks], 1e3, "+.2f")
             ratio = cell([b.throughput_ratio for b in blocks], 100, ".1f")
             cpu = [sum(b.engine_cpu_s[i] for b in blocks) for i in range(REPLICAS)]
             split = "/".join(f"{c / (sum(cpu) or 1) * 100:.0f}" for c in cpu)
-            print(f"| {concurrency} | {name} | {added} | {ratio} | {split} | {len(blocks)} |")
+            server = cell([b.server_cpu_s for b in blocks], 1e6, ".0f")
+            redis_cpu = cell([b.redis_cpu_s for b in blocks], 1e6, ".0f")
+            print(
+                f"| {concurrency} | {name} | {added} | {ratio} | {server} | {redis_cpu} "
+                f"| {split} | {len(blocks)} |"
+            )
 
 
 def main(args: argparse.Namespace, levels: list[int]) -> int:
@@ -123,7 +134,7 @@ def main(args: argparse.Namespace, levels: list[int]) -> int:
             )
             direct = [f"http://127.0.0.1:{port}/v1/chat/completions" for port in ports]
             proxied = f"http://127.0.0.1:{server_port}/v1/chat/completions"
-            pids = [proc.pid for proc in procs[:REPLICAS]]
+            pids = [proc.pid for proc in procs]  # the engines, Redis, the server
             run = measure(direct, proxied, token, levels, args.blocks, pids)
             report(asyncio.run(asyncio.wait_for(run, 1800)))
         finally:
