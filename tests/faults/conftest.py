@@ -42,12 +42,12 @@ def private_postgres(transactional_db: None, tmp_path: Path) -> Iterator[Private
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL")
     server = PrivatePostgres(tmp_path)
-    server.init()
     saved = dict(connection.settings_dict)
     connection.close()
     private = {"HOST": "127.0.0.1", "PORT": server.port, "USER": "postgres", "PASSWORD": ""}
     connection.settings_dict.update(NAME="shardboard", **private)
     try:
+        server.init()
         call_command("migrate", verbosity=0, interactive=False)
         ContentType.objects.clear_cache()  # ids of the test database's rows
         yield server
