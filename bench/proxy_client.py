@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -159,3 +160,9 @@ async def run_level(
 def p(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def spread(values: list[float], scale: float, fmt: str) -> str:
+    """A table cell: the median over blocks and their range, scaled and formatted."""
+    m, lo, hi = (f(values) * scale for f in (statistics.median, min, max))
+    return f"{m:{fmt}} ({lo:{fmt}}–{hi:{fmt}})"

@@ -44,7 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 import proxy_replicas  # noqa: E402
-from proxy_client import Level, p, run_level  # noqa: E402
+from proxy_client import Level, p, run_level, spread  # noqa: E402
 from proxy_procs import (  # noqa: E402  (bench/ is this script's own folder on sys.path)
     bench_env,
     free_port,
@@ -152,10 +152,6 @@ async def measure_ab(
 
 
 def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
-    def cell(values: list[float], scale: float, fmt: str) -> str:
-        m, lo, hi = (f(values) * scale for f in (statistics.median, min, max))
-        return f"{m:{fmt}} ({lo:{fmt}}–{hi:{fmt}})"
-
     print(
         "| streams | variant | server CPU/request µs | Redis CPU/request µs "
         "| added TTFT p50 ms | blocks |"
@@ -163,9 +159,9 @@ def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
     print("|---|---|---|---|---|---|")
     for concurrency, by_name in results.items():
         for name, blocks in by_name.items():
-            server = cell([b.server_cpu_s for b in blocks], 1e6, ".0f")
-            redis_cpu = cell([b.redis_cpu_s for b in blocks], 1e6, ".0f")
-            added = cell([b.added_ttft_s for b in blocks], 1e3, "+.2f")
+            server = spread([b.server_cpu_s for b in blocks], 1e6, ".0f")
+            redis_cpu = spread([b.redis_cpu_s for b in blocks], 1e6, ".0f")
+            added = spread([b.added_ttft_s for b in blocks], 1e3, "+.2f")
             print(f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {len(blocks)} |")
 
 

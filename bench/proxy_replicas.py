@@ -9,8 +9,9 @@ first engine, direct to the four engines (connection i to engine i mod 4), then 
 gateway to `one` and to `four` (their order rotated each block). Per block and variant: the
 added TTFT p50 and the throughput as a share of direct, each against the direct run of the
 same block to the same engines (one engine for `one`, the four for `four`): what the gateway
-adds, not what four engine processes cost the machine instead of one. Printed: the median over blocks and the spread (min–max),
-and how the engines' CPU split over the four replicas (the balance actually spreading).
+adds, not what four engine processes cost the machine instead of one; and the web server's
+and Redis's CPU per request. Printed: the median over blocks and the spread (min–max), and
+how the engines' CPU split over the four replicas (the balance actually spreading).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from proxy_client import run_level
+from proxy_client import run_level, spread
 from proxy_procs import (
     bench_env,
     free_port,
@@ -89,10 +90,6 @@ async def measure(
 
 
 def report(results: dict[int, dict[str, list[Block]]]) -> None:
-    def cell(values: list[float], scale: float, fmt: str) -> str:
-        m, lo, hi = (f(values) * scale for f in (statistics.median, min, max))
-        return f"{m:{fmt}} ({lo:{fmt}}–{hi:{fmt}})"
-
     print(
         "| streams | behind the name | added TTFT p50 ms | throughput vs direct % "
         "| server CPU/request µs | Redis CPU/request µs | engine CPU per replica % | blocks |"
@@ -100,12 +97,12 @@ def report(results: dict[int, dict[str, list[Block]]]) -> None:
     print("|---|---|---|---|---|---|---|---|")
     for concurrency, by_name in results.items():
         for name, blocks in by_name.items():
-            added = cell([b.added_ttft_s for b in blocks], 1e3, "+.2f")
-            ratio = cell([b.throughput_ratio for b in blocks], 100, ".1f")
+            added = spread([b.added_ttft_s for b in blocks], 1e3, "+.2f")
+            ratio = spread([b.throughput_ratio for b in blocks], 100, ".1f")
             cpu = [sum(b.engine_cpu_s[i] for b in blocks) for i in range(REPLICAS)]
             split = "/".join(f"{c / (sum(cpu) or 1) * 100:.0f}" for c in cpu)
-            server = cell([b.server_cpu_s for b in blocks], 1e6, ".0f")
-            redis_cpu = cell([b.redis_cpu_s for b in blocks], 1e6, ".0f")
+            server = spread([b.server_cpu_s for b in blocks], 1e6, ".0f")
+            redis_cpu = spread([b.redis_cpu_s for b in blocks], 1e6, ".0f")
             print(
                 f"| {concurrency} | {name} | {added} | {ratio} | {server} | {redis_cpu} "
                 f"| {split} | {len(blocks)} |"
