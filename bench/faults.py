@@ -3,9 +3,10 @@
     DATABASE_URL=... REDIS_URL=... .venv/bin/python bench/faults.py [--table-only]
 
 Runs ``tests/faults`` (real host workers, real transformers engines on simulated GPUs, a
-Redis of each test's own that is stopped and started) and prints, per fault: the seconds
-until the user can act again (the deployment running, or stopped/failed with its leases
-freed), then the deployments left stuck (not running, stopped or failed), the leases held by
+real web server, and a Redis or a PostgreSQL of each test's own that is stopped and started)
+and prints, per fault: the seconds until the user can act again (the deployment running, or
+stopped/failed with its leases freed; for a playground stream, answered again), then the
+deployments left stuck (not running, stopped or failed), the leases held by
 a finished deployment, the engine processes left alive without a running deployment and the
 audit rows missing. Every column but the first must be 0: each test asserts it.
 ``--table-only`` prints the table of the last run (``$SHARDBOARD_VAR_DIR/faults.json``).

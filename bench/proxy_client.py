@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -107,23 +108,27 @@ class Level:
 
 
 async def run_level(
-    url: str,
+    url: str | Sequence[str],
     headers: dict[str, str],
     concurrency: int,
     rounds: int,
     pids: dict[str, int],
     stagger_s: float | None = None,
+    model: str = "bench",
 ) -> Level:
-    """`rounds` requests on each of `concurrency` keep-alive connections.
+    """`rounds` requests on each of `concurrency` keep-alive connections (to ``url``, or,
+    given several, connection i to the i-th modulo their number: the same path on each).
 
     Burst (stagger_s None): every round starts all streams at once and waits for all.
     Staggered: connection i starts i * stagger_s later and then sends its requests back to
     back, so that streams start evenly spread, as in a steady state of that many streams.
     """
-    parts = urlsplit(url)
-    body = json.dumps(BODY).encode()
+    urls = [urlsplit(u) for u in ([url] if isinstance(url, str) else url)]
+    parts = urls[0]
+    body = json.dumps({**BODY, "model": model}).encode()
     conns = [
-        Connection(parts.hostname or "127.0.0.1", parts.port or 80) for _ in range(concurrency)
+        Connection(u.hostname or "127.0.0.1", u.port or 80)
+        for u in (urls[i % len(urls)] for i in range(concurrency))
     ]
 
     async def one_connection(index: int, conn: Connection) -> list[Stream]:
@@ -155,3 +160,9 @@ async def run_level(
 def p(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+def spread(values: list[float], scale: float, fmt: str) -> str:
+    """A table cell: the median over blocks and their range, scaled and formatted."""
+    m, lo, hi = (f(values) * scale for f in (statistics.median, min, max))
+    return f"{m:{fmt}} ({lo:{fmt}}–{hi:{fmt}})"

@@ -3,6 +3,8 @@
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
         [--tokens 64] [--interval-ms 5] [--server uvicorn|daphne] [--workers N] [--pin] \
         [--arrivals burst|staggered] [--levels 1,8,32]
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --replicas \
+        [--levels 1,8,32] [--blocks 7]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab \
         [--variant NAME=[git:REV,]ENV=VALUE[,ENV=VALUE]]... [--levels 8,32] [--blocks 7]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab --rate-limits
@@ -16,6 +18,9 @@ to starve the server): time to first token (p50/p95) and token throughput, direc
 proxied, with the CPU share each process used meanwhile.
 Targets: added TTFT p50 <= 5 ms; proxied throughput >= 95 % of direct. Redis (REDIS_URL)
 is used for the concurrency slots when it is up; the limit is raised so that it never bites.
+
+--replicas: the same gateway in front of 1 and of 4 replicas behind one model name (see
+bench/proxy_replicas.py), side by side in rotated blocks.
 
 --ab: one server per variant (each its own environment, a switch read once at start, and its
 own code: this working tree, or a git worktree of REV; default: HEAD against this tree), on one
@@ -43,7 +48,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from proxy_client import Level, p, run_level  # noqa: E402
+import proxy_replicas  # noqa: E402
+from proxy_client import Level, p, run_level, spread  # noqa: E402
 from proxy_procs import (  # noqa: E402  (bench/ is this script's own folder on sys.path)
     bench_env,
     free_port,
@@ -151,10 +157,6 @@ async def measure_ab(
 
 
 def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
-    def cell(values: list[float], scale: float, fmt: str) -> str:
-        m, lo, hi = (f(values) * scale for f in (statistics.median, min, max))
-        return f"{m:{fmt}} ({lo:{fmt}}–{hi:{fmt}})"
-
     print(
         "| streams | variant | server CPU/request µs | Redis CPU/request µs "
         "| added TTFT p50 ms | blocks |"
@@ -162,9 +164,9 @@ def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
     print("|---|---|---|---|---|---|")
     for concurrency, by_name in results.items():
         for name, blocks in by_name.items():
-            server = cell([b.server_cpu_s for b in blocks], 1e6, ".0f")
-            redis_cpu = cell([b.redis_cpu_s for b in blocks], 1e6, ".0f")
-            added = cell([b.added_ttft_s for b in blocks], 1e3, "+.2f")
+            server = spread([b.server_cpu_s for b in blocks], 1e6, ".0f")
+            redis_cpu = spread([b.redis_cpu_s for b in blocks], 1e6, ".0f")
+            added = spread([b.added_ttft_s for b in blocks], 1e3, "+.2f")
             print(f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {len(blocks)} |")
 
 
@@ -274,6 +276,7 @@ def main() -> int:
         "--profile", metavar="PATH", help="run the server under cProfile, stats written to PATH"
     )
     parser.add_argument("--ab", action="store_true", help="compare variants (see above)")
+    parser.add_argument("--replicas", action="store_true", help="1 vs 4 replicas (see above)")
     parser.add_argument("--variant", action="append", help="NAME=ENV=VALUE[,ENV=VALUE] (--ab)")
     parser.add_argument("--blocks", type=int, default=7, help="blocks per level (--ab)")
     parser.add_argument(
@@ -282,6 +285,8 @@ def main() -> int:
         help="the gateway's rate limits on, never biting (with --ab: off against on)",
     )
     args = parser.parse_args()
+    if args.replicas:
+        return proxy_replicas.main(args, [int(n) for n in (args.levels or "1,8,32").split(",")])
     if args.ab:
         return main_ab(args, [int(level) for level in (args.levels or "8,32").split(",")])
     levels = [int(level) for level in (args.levels or ",".join(map(str, LEVELS))).split(",")]

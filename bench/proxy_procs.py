@@ -3,6 +3,7 @@ throwaway database, a private redis-server, git worktrees for --ab, and their CP
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -45,8 +46,16 @@ def bench_env(var_dir: Path) -> dict[str, str]:
 
 def prepare_database(env: dict[str, str], upstream_port: int) -> str:
     """Migrate, create an operator, a token and a deployment row; returns the token."""
+    return prepare_replicas(env, {"bench": [upstream_port]})
+
+
+def prepare_replicas(env: dict[str, str], deployments: dict[str, list[int]]) -> str:
+    """Migrate, create an operator, a token and, per name, one running replica row per engine
+    port (the first stands for the deployment, the others are its replicas); returns the
+    token."""
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     script = (
+        "import json\n"
         "from django.contrib.auth.models import Group, User\n"
         "from deployments.models import Deployment\n"
         "from monitoring.models import Host\n"
@@ -54,8 +63,13 @@ def prepare_database(env: dict[str, str], upstream_port: int) -> str:
         "u = User.objects.create_user('bench-operator', password='x')\n"
         "u.groups.add(Group.objects.get_or_create(name='operator')[0])\n"
         "h = Host.objects.create(name='bench', queue='host.bench', backend='simulated', simulated=True)\n"
-        f"Deployment.objects.create(name='bench', model_id='/m', engine='transformers', host=h,"
-        f" status='running', bind_host='127.0.0.1', port={upstream_port}, created_by=u)\n"
+        f"for name, ports in json.loads({json.dumps(deployments)!r}).items():\n"
+        "    first = None\n"
+        "    for i, port in enumerate(ports, 1):\n"
+        "        d = Deployment.objects.create(name=name, model_id='/m', engine='transformers',"
+        " host=h, status='running', bind_host='127.0.0.1', port=port, created_by=u,"
+        " replica_index=i, replica_of=first)\n"
+        "        first = first or d\n"
         "print(token_create(user=u, name='bench')[1])\n"
     )
     out = subprocess.run(

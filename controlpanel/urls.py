@@ -35,3 +35,6 @@ urlpatterns = [
     path("", include("benchmarks.urls")),
     path("", include("teams.urls")),
 ]
+
+# A database that does not answer is a 503 that says so (controlpanel.dbdown).
+handler500 = "controlpanel.dbdown.server_error"
