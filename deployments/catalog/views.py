@@ -15,6 +15,7 @@ from controlpanel.roles import Role, role_required
 from deployments import planning
 from deployments.catalog import commands
 from deployments.catalog import plan_panel as panel
+from deployments.catalog import plan_targets as targets
 from deployments.catalog import selectors as sel
 from deployments.catalog.hub import HubError, HubGatedError, HubUnavailableError
 from deployments.catalog.hub.cards import SORTS
@@ -195,12 +196,13 @@ def _detail(
     except (HubError, ModelSourceError) as exc:
         context["spec_error"] = getattr(exc, "message", str(exc))
         return render(request, "catalog/detail.html", context, status=status)
-    hosts = panel.host_choices()
-    target = panel.default_target(hosts)
+    hosts = targets.host_choices()
+    target = targets.default_target(hosts)
     request_ = planning.PlanRequest(model=source.engine_model, revision=source.revision or "")
     plan, _ = panel.plan_panel(source, spec, target, request_)
     context.update(arch=sel.architecture_rows(spec), plan=plan, hosts=hosts, target=target)
-    context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=panel.DEFAULT_WHATIF)
+    context.update(fleet_label=targets.fleet_label(hosts), any_online=any(c.online for c in hosts))
+    context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=targets.DEFAULT_WHATIF)
     context.update(max_len=spec.derived_max_model_len, commands=commands.command_blocks(plan))
     context.update(default_name=panel.default_name(source))
     return render(request, "catalog/detail.html", context, status=status)
@@ -256,7 +258,7 @@ def plan_api(request: HttpRequest) -> JsonResponse:
     try:
         source = resolve_source(data["ref"], data["revision"])
         spec = sel.model_spec(source, sel.client_for(request.session))
-        target = panel.plan_target(data["target"], data["gpus"])
+        target = targets.plan_target(data["target"], data["gpus"], request.GET.getlist("hosts"))
         payload, fits = panel.plan_panel(source, spec, target, form.plan_request(source))
     except HubError as exc:
         return _bad(exc.message, hub_status(exc))
