@@ -256,6 +256,12 @@
     drawLaunch(payload, targetIsHost);
   }
 
+  // Picking hosts starts from the online ones; offline ones are added for what-if plans.
+  function pickOnline(select) {
+    if (!select || select.selectedOptions.length) return;
+    for (const option of select.options) option.selected = option.dataset.online === "1";
+  }
+
   function initPlan(form) {
     const result = document.getElementById("plan-result");
     const target = form.querySelector("[name=target]");
@@ -274,6 +280,7 @@
     function replan() {
       gpusLabel.hidden = isHost();
       if (hostsLabel) hostsLabel.hidden = target.value !== "picked";
+      if (target.value === "picked") pickOnline(form.querySelector("[name=hosts]"));
       const params = query(form).toString();
       if (params === sent) return;
       sent = params;
