@@ -15,6 +15,7 @@ from deployments.catalog.plan_targets import PlanTarget
 from deployments.catalog.selectors import concurrency_text
 from deployments.catalog.sources import ModelSource
 from deployments.planning.units import GIB
+from deployments.planning.weights import pp_layer_ranges
 
 PARTS = (
     ("weights_bytes", "Weights"),
@@ -61,6 +62,7 @@ def plan_panel(
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
         payload["plan"]["format_notes"] = list(planning.format_notes(spec))
+        payload["plan"]["stage_rows"] = stage_rows(chosen, spec.num_layers)
         payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)
@@ -160,7 +162,6 @@ def _plan_view(
     # the other hosts a spanning launch names; its lead is ``launch["host"]``
     details["launch_hosts"] = hosts[1:] if p.multi_host else []
     details["launch_block"] = launch_block(p, hosts, req)
-    details["stage_rows"] = stage_rows(p)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
     details["max_concurrency_text"] = concurrency_text(p.max_concurrency)
     details["launch_note"] = span_note(hosts) if p.multi_host else launch_note(p)
@@ -307,17 +308,22 @@ def span_note(hosts: list[str]) -> str:
     )
 
 
-def stage_rows(p: planning.Plan) -> list[str]:
-    """Which host runs which pipeline stage, when the stages span hosts."""
+def stage_rows(p: planning.Plan, num_layers: int) -> list[str]:
+    """Which host runs which pipeline stage and its layers (as vLLM splits them), when the
+    stages span hosts."""
     if not p.multi_host or not p.gpus:
         return []
     tp, first = p.tensor_parallel_size, p.gpus[0]
     lead = first[0].host
+    layers = pp_layer_ranges(num_layers, p.pipeline_parallel_size)
     rows = []
-    for stage in range(p.pipeline_parallel_size):
+    for stage, span in enumerate(layers):
         refs = first[stage * tp : (stage + 1) * tp]
         host = refs[0].host  # a tensor-parallel group never leaves its host
         role = "Ray head, runs the engine" if host == lead else "Ray worker"
         indices = ", ".join(str(r.index) for r in refs)
-        rows.append(f"stage {stage + 1}: {host} GPU{_s(len(refs))} {indices} ({role})")
+        rows.append(
+            f"stage {stage + 1}: {host} GPU{_s(len(refs))} {indices}, layers {span.start}–"
+            f"{span.stop - 1} ({role})"
+        )
     return rows

@@ -252,8 +252,8 @@ def test_a_model_too_large_for_each_host_spans_the_fleet(
     replanned(page, lambda: page.select_option("#plan-target-select", "fleet"))
     assert layout(page).startswith("TP 1 × PP 2")
     assert page.locator("#plan-stages li").all_inner_texts() == [
-        "stage 1: fleet-a GPU 0 (Ray head, runs the engine)",
-        "stage 2: fleet-b GPU 0 (Ray worker)",
+        "stage 1: fleet-a GPU 0, layers 0–13 (Ray head, runs the engine)",
+        "stage 2: fleet-b GPU 0, layers 14–27 (Ray worker)",
     ]
     assert page.locator("#hosts-label").is_hidden()
     assert launch_value(page, "host") == "fleet-a" and launch_value(page, "hosts") == "fleet-b"

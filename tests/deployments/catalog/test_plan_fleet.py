@@ -54,8 +54,8 @@ def test_all_online_hosts_yield_a_spanning_plan_and_its_launch(
     p = data["plan"]
     assert (p["tensor_parallel_size"], p["pipeline_parallel_size"], p["multi_host"]) == (1, 2, True)
     assert p["stage_rows"] == [
-        "stage 1: fleet-a GPU 0 (Ray head, runs the engine)",
-        "stage 2: fleet-b GPU 0 (Ray worker)",
+        "stage 1: fleet-a GPU 0, layers 0–13 (Ray head, runs the engine)",
+        "stage 2: fleet-b GPU 0, layers 14–27 (Ray worker)",
     ]
     assert p["launch"]["host"] == "fleet-a" and p["launch_hosts"] == ["fleet-b"]
     assert p["launch_block"] == "" and "Ray cluster" in p["launch_note"]
