@@ -199,7 +199,13 @@ def _detail(
     hosts = targets.host_choices()
     target = targets.default_target(hosts)
     request_ = planning.PlanRequest(model=source.engine_model, revision=source.revision or "")
-    plan, _ = panel.plan_panel(source, spec, target, request_)
+    plan, fits = panel.plan_panel(source, spec, target, request_)
+    if not fits and sum(c.online for c in hosts) > 1:
+        # too large for the best host alone: offer the plan over every online host instead
+        fleet = targets.plan_target(targets.FLEET, "")
+        fleet_plan, fleet_fits = panel.plan_panel(source, spec, fleet, request_)
+        if fleet_fits:
+            target, plan = fleet, fleet_plan
     context.update(arch=sel.architecture_rows(spec), plan=plan, hosts=hosts, target=target)
     context.update(fleet_label=targets.fleet_label(hosts), any_online=any(c.online for c in hosts))
     context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=targets.DEFAULT_WHATIF)

@@ -145,9 +145,23 @@ def test_no_online_host_is_a_clear_400(
 
 
 def test_the_page_offers_the_fleet_and_a_pick(
-    client: Client, viewer: Any, hub: HubStub, fleet: list[Host]
+    client: Client, operator: Any, hub: HubStub, fleet: list[Host]
 ) -> None:
-    login_client(client, viewer)
+    login_client(client, operator)
     html = client.get("/models/local/0/qwen-local/").content.decode()
-    assert '<option value="fleet">All online hosts (2 hosts, 2 of 2 GPUs free)</option>' in html
+    fleet = '<option value="fleet" selected>All online hosts (2 hosts, 2 of 2 GPUs free)</option>'
+    assert fleet in html  # no host alone holds the model: the fleet's plan is the default
     assert '<option value="picked">Hosts I pick…</option>' in html
+    assert "stage 2: fleet-b GPU 0, layers 14–27 (Ray worker)" in html
+    assert '<input type="hidden" name="hosts" value="fleet-b">' in html
+    assert 'id="launch-button" >Launch this plan' in html.replace("  ", " ")
+
+
+def test_the_default_stays_on_one_host_when_it_holds_the_model(
+    client: Client, operator: Any, hub: HubStub, fleet: list[Host]
+) -> None:
+    sim_host("fleet-c", 2, 80 * GIB)  # the most free GPUs: the default host
+    login_client(client, operator)
+    html = client.get("/models/local/0/qwen-local/").content.decode()
+    assert '<option value="fleet-c" data-online="1" selected>' in html
+    assert 'name="hosts" value=' not in html.split('id="launch-form"')[1]
