@@ -18,6 +18,7 @@ WHATIF = "whatif"
 FLEET = "fleet"  # every online host in service
 PICKED = "picked"  # the hosts named in ``hosts``, online or not
 MAX_PICKED = 64
+NAME_MAX = 100  # Host.name's column
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,8 @@ def fleet_label(choices: list[HostChoice]) -> str:
     online = [c for c in choices if c.online]
     free = sum(c.free_gpus for c in online)
     gpus = sum(c.gpus for c in online)
-    return f"All online hosts ({len(online)} hosts, {free} of {gpus} GPUs free)"
+    hosts = f"{len(online)} host{'' if len(online) == 1 else 's'}"
+    return f"All online hosts ({hosts}, {free} of {gpus} GPUs free)"
 
 
 def default_target(choices: list[HostChoice]) -> PlanTarget:
@@ -133,6 +135,8 @@ def _picked(names: list[str]) -> tuple[Host, ...]:
         raise ModelSourceError("Pick at least one host to plan on.")
     if len(wanted) > MAX_PICKED:
         raise ModelSourceError(f"Pick at most {MAX_PICKED} hosts.")
+    if any(len(n) > NAME_MAX for n in wanted):
+        raise ModelSourceError(f"A host name is at most {NAME_MAX} characters.")
     found = {h.name: h for h in Host.objects.in_service().filter(name__in=wanted)}
     missing = [n for n in wanted if n not in found]
     if missing:

@@ -124,6 +124,8 @@ def test_replicas_over_hosts_are_not_one_launch(
         ({"target": "picked", "hosts": ["fleet-a", "nowhere"]}, "no registered host 'nowhere'"),
         ({"target": "picked", "hosts": ["fleet-a", "old"]}, "no registered host 'old'"),
         ({"target": "picked"}, "Pick at least one host to plan on."),
+        ({"target": "picked", "hosts": ["x" * 5000]}, "A host name is at most 100 characters."),
+        ({"target": "picked", "hosts": [f"h{i}" for i in range(65)]}, "Pick at most 64 hosts."),
         ({"target": "nowhere"}, "There is no registered host 'nowhere'"),
     ],
 )
