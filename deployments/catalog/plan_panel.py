@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import shlex
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
 from django.utils.text import slugify
 
 from deployments import planning
-from deployments.catalog import registered
 from deployments.catalog.commands import docker_lines, k8s_manifest, serve_argv
+from deployments.catalog.plan_targets import PlanTarget
 from deployments.catalog.selectors import concurrency_text
-from deployments.catalog.sources import ModelSource, ModelSourceError
-from deployments.models import GpuLease
+from deployments.catalog.sources import ModelSource
 from deployments.planning.units import GIB
-from monitoring.models import Host
+from deployments.planning.weights import pp_layer_ranges
 
-DEFAULT_WHATIF = "4x80GiB@nvlink"
-WHATIF = "whatif"
 PARTS = (
     ("weights_bytes", "Weights"),
     ("activation_bytes", "Activations"),
@@ -31,80 +26,7 @@ PARTS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class HostChoice:
-    """A registered host as a plan target: whether it answers and how many GPUs are free."""
-
-    host: Host
-    online: bool
-    gpus: int
-    free_gpus: int
-
-    @property
-    def label(self) -> str:
-        # "free": no reservation at all; a partly reserved GPU still takes right-sized shares
-        state = f"{self.free_gpus} of {self.gpus} GPUs free" if self.online else "offline"
-        sim = ", simulated" if self.host.simulated else ""
-        return f"{self.host.name} ({state}{sim})"
-
-
-def host_choices() -> list[HostChoice]:
-    """Hosts in service: online ones first, the most free GPUs first."""
-    now = timezone.now()
-    hosts = list(Host.objects.in_service().prefetch_related("gpus"))
-    reserved = set(
-        GpuLease.objects.filter(active=True, gpu__host__in=hosts).values_list("gpu_id", flat=True)
-    )
-    choices = []
-    for host in hosts:
-        present = [g for g in host.gpus.all() if g.present]
-        free = sum(1 for g in present if g.pk not in reserved)
-        choices.append(HostChoice(host, host.is_online(now), len(present), free))
-    return sorted(choices, key=lambda c: (not c.online, -c.free_gpus, c.host.name))
-
-
-def default_target(choices: list[HostChoice]) -> PlanTarget:
-    """The online host with the most free GPUs; a what-if inventory when none is online."""
-    first = next((c for c in choices if c.online), None)
-    return PlanTarget(first.host, "") if first else PlanTarget(None, DEFAULT_WHATIF)
-
-
 # -- the plan panel ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PlanTarget:
-    """Where to plan: a registered host, or a what-if GPU spec."""
-
-    host: Host | None
-    gpus_spec: str
-
-    @property
-    def label(self) -> str:
-        return self.host.name if self.host else f"what-if {self.gpus_spec}"
-
-    @property
-    def simulated(self) -> bool:
-        return bool(self.host and self.host.simulated)
-
-    @property
-    def online(self) -> bool:
-        """What-if inventories are always plannable; a host only while its worker answers."""
-        return self.host is None or self.host.is_online()
-
-    def inventory(self) -> planning.Inventory:
-        if self.host is not None:
-            return registered.host_inventory(self.host)
-        return planning.parse_gpus(self.gpus_spec, host="what-if")
-
-
-def plan_target(target: str, gpus_spec: str) -> PlanTarget:
-    if not target or target == WHATIF:
-        return PlanTarget(None, gpus_spec.strip() or DEFAULT_WHATIF)
-    host = Host.objects.in_service().filter(name=target).first()
-    if host is None:
-        raise ModelSourceError(f"There is no registered host {target!r}: pick one from the list.")
-    return PlanTarget(host, "")
 
 
 def plan_panel(
@@ -122,7 +44,8 @@ def plan_panel(
         "target": {
             "label": target.label,
             "simulated": target.simulated,
-            "host": target.host is not None,
+            "host": bool(target.hosts),
+            "hosts": [h.name for h in target.hosts],
             "online": target.online,
         },
         "model_ref": source.ref,
@@ -139,6 +62,7 @@ def plan_panel(
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
         payload["plan"]["format_notes"] = list(planning.format_notes(spec))
+        payload["plan"]["stage_rows"] = stage_rows(chosen, spec.num_layers)
         payload["plan"]["shares"] = list(planning.share_lines(chosen, inventory, req))
         payload["plan"]["layer_notes"] = list(
             planning.layer_notes(spec, tp=chosen.tensor_parallel_size)
@@ -167,11 +91,17 @@ def clip_offer(result: planning.PlanResult) -> dict[str, Any] | None:
 
 
 def target_notice(target: PlanTarget) -> str:
-    if target.online:
+    offline = target.offline
+    if not offline:
         return ""
+    if len(offline) == 1:
+        return (
+            f"{offline[0]} is offline: the plan uses the GPUs it last reported. Start its host "
+            "worker to launch on it."
+        )
     return (
-        f"{target.host.name if target.host else 'This host'} is offline: the plan uses the GPUs "
-        "it last reported. Start its host worker to launch on it."
+        f"{', '.join(offline)} are offline: the plan uses the GPUs they last reported. Start "
+        "their host workers to launch on them."
     )
 
 
@@ -232,9 +162,13 @@ def _plan_view(
         "kubernetes": k8s_manifest(p, source, argv, req.vllm_version, default_name(source)),
     }
     details["launch"] = launch_fields(p, source, target, req)
+    hosts = launch_hosts(p, target, req)
+    # the other hosts a spanning launch names; its lead is ``launch["host"]``
+    details["launch_hosts"] = hosts[1:] if p.multi_host else []
+    details["launch_block"] = launch_block(p, hosts, req)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
     details["max_concurrency_text"] = concurrency_text(p.max_concurrency)
-    details["launch_note"] = launch_note(p)
+    details["launch_note"] = span_note(hosts) if p.multi_host else launch_note(p)
     details["replicas_text"] = replicas_text(p)
     details["replica_rows"] = replica_rows(p)
     details["tight_text"] = tight_text(p)
@@ -327,7 +261,7 @@ def launch_fields(
     return {
         "model_ref": source.ref,
         "revision": source.revision,
-        "host": target.host.name if target.host else "",
+        "host": next(iter(launch_hosts(p, target, req)), ""),
         "engine": "vllm",
         "tensor_parallel_size": str(p.tensor_parallel_size),
         "pipeline_parallel_size": str(p.pipeline_parallel_size),
@@ -344,3 +278,56 @@ def launch_fields(
         "replicas": text(req.replicas or 1),
         "placement": req.placement,
     }
+
+
+def launch_hosts(p: planning.Plan, target: PlanTarget, req: planning.PlanRequest) -> list[str]:
+    """The hosts the replicas Launch starts run on, the engine's (first stage's) host first;
+    none for a what-if inventory."""
+    if not target.hosts:
+        return []
+    launched = p.gpus[: req.replicas or 1]
+    names = list(dict.fromkeys(ref.host for replica in launched for ref in replica))
+    return names or [target.hosts[0].name]
+
+
+def launch_block(p: planning.Plan, hosts: list[str], req: planning.PlanRequest) -> str:
+    """Why this plan cannot be launched as one deployment, or nothing."""
+    if len(hosts) < 2:
+        return ""
+    if not p.multi_host:
+        return (
+            f"These replicas are placed on {len(hosts)} hosts ({', '.join(hosts)}), and one "
+            "launch runs its replicas on one host: pick one host, or ask for fewer replicas."
+        )
+    if (req.replicas or 1) != 1:
+        return "A launch over several hosts runs one replica: ask for 1."
+    return ""
+
+
+def span_note(hosts: list[str]) -> str:
+    others = ", ".join(hosts[1:])
+    return (
+        f"Launch starts one engine over {len(hosts)} hosts with vLLM on a Ray cluster of its "
+        f"own: the Ray head and the engine on {hosts[0]}, {others} joining it."
+    )
+
+
+def stage_rows(p: planning.Plan, num_layers: int) -> list[str]:
+    """Which host runs which pipeline stage and its layers (as vLLM splits them), when the
+    stages span hosts."""
+    if not p.multi_host or not p.gpus:
+        return []
+    tp, first = p.tensor_parallel_size, p.gpus[0]
+    lead = first[0].host
+    layers = pp_layer_ranges(num_layers, p.pipeline_parallel_size)
+    rows = []
+    for stage, span in enumerate(layers):
+        refs = first[stage * tp : (stage + 1) * tp]
+        host = refs[0].host  # a tensor-parallel group never leaves its host
+        role = "Ray head, runs the engine" if host == lead else "Ray worker"
+        indices = ", ".join(str(r.index) for r in refs)
+        rows.append(
+            f"stage {stage + 1}: {host} GPU{_s(len(refs))} {indices}, layers {span.start}–"
+            f"{span.stop - 1} ({role})"
+        )
+    return rows

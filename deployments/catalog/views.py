@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -15,6 +16,7 @@ from controlpanel.roles import Role, role_required
 from deployments import planning
 from deployments.catalog import commands
 from deployments.catalog import plan_panel as panel
+from deployments.catalog import plan_targets as targets
 from deployments.catalog import selectors as sel
 from deployments.catalog.hub import HubError, HubGatedError, HubUnavailableError
 from deployments.catalog.hub.cards import SORTS
@@ -108,14 +110,14 @@ class PlanForm(forms.Form):
             placement=data["placement"] or "spread",
         )
 
-    def plan(self, session: Any) -> tuple[dict[str, Any], bool]:
+    def plan(self, session: Any, hosts: Sequence[str] = ()) -> tuple[dict[str, Any], bool]:
         """The plan panel's answer for this valid form, and whether it fits; raises HubError,
         ModelSourceError or PlanningError when it cannot plan (the page's JSON and the API
-        answer those alike)."""
+        answer those alike). ``hosts``: the hosts a "picked hosts" target plans over."""
         data = self.cleaned_data
         source = resolve_source(data["ref"], data["revision"])
         spec = sel.model_spec(source, sel.client_for(session))
-        target = panel.plan_target(data["target"], data["gpus"])
+        target = targets.plan_target(data["target"], data["gpus"], list(hosts))
         return panel.plan_panel(source, spec, target, self.plan_request(source))
 
     def first_error(self) -> str:
@@ -205,12 +207,19 @@ def _detail(
     except (HubError, ModelSourceError) as exc:
         context["spec_error"] = getattr(exc, "message", str(exc))
         return render(request, "catalog/detail.html", context, status=status)
-    hosts = panel.host_choices()
-    target = panel.default_target(hosts)
+    hosts = targets.host_choices()
+    target = targets.default_target(hosts)
     request_ = planning.PlanRequest(model=source.engine_model, revision=source.revision or "")
-    plan, _ = panel.plan_panel(source, spec, target, request_)
+    plan, fits = panel.plan_panel(source, spec, target, request_)
+    if not fits and sum(c.online for c in hosts) > 1:
+        # too large for the best host alone: offer the plan over every online host instead
+        fleet = targets.plan_target(targets.FLEET, "")
+        fleet_plan, fleet_fits = panel.plan_panel(source, spec, fleet, request_)
+        if fleet_fits:
+            target, plan = fleet, fleet_plan
     context.update(arch=sel.architecture_rows(spec), plan=plan, hosts=hosts, target=target)
-    context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=panel.DEFAULT_WHATIF)
+    context.update(fleet_label=targets.fleet_label(hosts), any_online=any(c.online for c in hosts))
+    context.update(dtypes=DTYPES, kv_dtypes=KV_DTYPES, default_whatif=targets.DEFAULT_WHATIF)
     context.update(max_len=spec.derived_max_model_len, commands=commands.command_blocks(plan))
     context.update(default_name=panel.default_name(source))
     return render(request, "catalog/detail.html", context, status=status)
@@ -263,7 +272,7 @@ def plan_api(request: HttpRequest) -> JsonResponse:
     if not form.is_valid():
         return _bad(form.first_error())
     try:
-        payload, fits = form.plan(request.session)
+        payload, fits = form.plan(request.session, request.GET.getlist("hosts"))
     except HubError as exc:
         return _bad(exc.message, hub_status(exc))
     except (ModelSourceError, planning.PlanningError) as exc:

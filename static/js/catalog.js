@@ -176,7 +176,20 @@
     if (!targetIsHost) return "Pick a registered host to launch.";
     if (!online) return "The host is offline.";
     if (!payload.ok) return "This plan does not fit.";
-    return payload.plan.launch_note || "";
+    return payload.plan.launch_block || payload.plan.launch_note || "";
+  }
+
+  // A plan whose stages span hosts launches on its first host with the others as `hosts`.
+  function drawLaunchHosts(form, names) {
+    for (const input of form.querySelectorAll('input[type=hidden][name="hosts"]')) input.remove();
+    const button = form.querySelector("#launch-button");
+    for (const name of names || []) {
+      const input = document.createElement("input");
+      input.type = "hidden";
+      input.name = "hosts";
+      input.value = name;
+      form.insertBefore(input, button);
+    }
   }
 
   function drawLaunch(payload, targetIsHost) {
@@ -187,8 +200,10 @@
       const input = form.querySelector('input[type=hidden][name="' + k + '"]');
       if (input) input.value = v;
     }
+    drawLaunchHosts(form, payload.plan && payload.plan.launch_hosts);
     const online = !payload.target || payload.target.online !== false;
-    form.querySelector("#launch-button").disabled = !(payload.ok && targetIsHost && online);
+    const blocked = Boolean(payload.plan && payload.plan.launch_block);
+    form.querySelector("#launch-button").disabled = !(payload.ok && targetIsHost && online) || blocked;
     text("launch-note", launchNote(payload, targetIsHost, online));
   }
 
@@ -227,6 +242,7 @@
     text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
     drawBanner("plan-tight", plan && plan.tight_text);
     drawList("plan-replicas", plan ? plan.replica_rows : [], "");
+    drawList("plan-stages", plan ? plan.stage_rows : [], "");
     drawList("plan-format-notes", plan ? plan.format_notes : [], "");
     text("plan-context", plan ? plan.max_model_len + " tokens" : "—");
     text("plan-ms", payload.server_ms !== undefined ? payload.server_ms + " ms" : "—");
@@ -241,10 +257,17 @@
     drawLaunch(payload, targetIsHost);
   }
 
+  // Picking hosts starts from the online ones; offline ones are added for what-if plans.
+  function pickOnline(select) {
+    if (!select || select.selectedOptions.length) return;
+    for (const option of select.options) option.selected = option.dataset.online === "1";
+  }
+
   function initPlan(form) {
     const result = document.getElementById("plan-result");
     const target = form.querySelector("[name=target]");
     const gpusLabel = document.getElementById("gpus-label");
+    const hostsLabel = document.getElementById("hosts-label");
     const get = latestOnly();
     const isHost = () => target.value !== "whatif";
     let sent = null;
@@ -257,6 +280,8 @@
     }
     function replan() {
       gpusLabel.hidden = isHost();
+      if (hostsLabel) hostsLabel.hidden = target.value !== "picked";
+      if (target.value === "picked") pickOnline(form.querySelector("[name=hosts]"));
       const params = query(form).toString();
       if (params === sent) return;
       sent = params;

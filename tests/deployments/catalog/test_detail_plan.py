@@ -211,7 +211,13 @@ def test_plan_on_registered_host(client: Client, viewer: Any, hub: HubStub, sim_
     login_client(client, viewer)
     status, data = plan(client, target="sim-a")
     assert status == 200
-    assert data["target"] == {"label": "sim-a", "simulated": True, "host": True, "online": True}
+    assert data["target"] == {
+        "label": "sim-a",
+        "simulated": True,
+        "host": True,
+        "hosts": ["sim-a"],
+        "online": True,
+    }
     assert data["plan"]["gpu_labels"][0] == "rank 0 · sim-a:0"
     assert data["plan"]["launch"]["host"] == "sim-a"
     assert json.loads(json.dumps(data)) == data

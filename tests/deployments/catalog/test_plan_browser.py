@@ -1,6 +1,6 @@
 """The main path in a real browser: a model page planned on a registered host, every field of
-the plan panel changed, then Launch; the same panel on an offline host and a what-if fleet.
-Any page error or console error fails the test."""
+the plan panel changed, then Launch; the same panel on an offline host and a what-if fleet;
+a model spanning two hosts, launched. Any page error or console error fails the test."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from deployments.models import Deployment
+from deployments.models import Deployment, GpuLease, RayNode
 from monitoring.models import Gpu, Host
 from tests.support.browser import login
 from tests.support.catalog import BIG, GIB
+from tests.support.hosts import sim_host
 from tests.support.live_server import LiveServer
 from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
@@ -227,4 +228,56 @@ def test_a_what_if_fleet_of_64_gpus_answers(
     rows = page.locator("#plan-replicas li").all_inner_texts()
     assert rows[0].startswith("replica 1: what-if-1 GPUs") and len(rows) == 16
     assert any(r.startswith("replica 2: what-if-2") for r in rows)  # spread over the hosts
+    assert errors == []
+
+
+def test_a_model_too_large_for_each_host_spans_the_fleet(
+    model_roots: dict[str, Path],
+    live: LiveServer,
+    page: Any,
+    operator: Any,
+    errors: list[str],
+) -> None:
+    """Two online hosts (rows only) with one 12 GiB GPU each; a local 7B model in bfloat16 fits
+    neither alone. The page plans it over all online hosts in two pipeline stages, one per host,
+    picked hosts and what-if GPUs are a select away, and Launch
+    leases a GPU on each and writes their Ray nodes (no worker: nothing starts)."""
+    for name in ("fleet-a", "fleet-b"):
+        sim_host(name, 1, 12 * GIB)
+    login(page, live, operator.username)
+    page.goto(f"{live.url}/models/local/0/qwen-local/")
+    page.wait_for_function(f"() => {BARS} !== undefined")
+    # No host alone holds it: the page offers the plan over every online host.
+    assert page.locator("#plan-target-select").input_value() == "fleet"
+    assert layout(page).startswith("TP 1 × PP 2")
+    assert page.locator("#plan-stages li").all_inner_texts() == [
+        "stage 1: fleet-a GPU 0, layers 0–13 (Ray head, runs the engine)",
+        "stage 2: fleet-b GPU 0, layers 14–27 (Ray worker)",
+    ]
+    assert page.locator("#hosts-label").is_hidden()
+    assert launch_value(page, "host") == "fleet-a" and launch_value(page, "hosts") == "fleet-b"
+    assert "Ray cluster of its own" in page.locator("#launch-note").inner_text()
+    assert page.locator("#launch-button").is_enabled()
+
+    # Picking hosts starts from the online ones; a plan on one host sends no further hosts.
+    replanned(page, lambda: page.select_option("#plan-target-select", "picked"))
+    assert page.locator("#hosts-label").is_visible()
+    assert page.locator("#plan-target").inner_text() == "hosts fleet-a, fleet-b"
+    assert page.locator("#plan-stages li").count() == 2
+    assert page.locator("#launch-form input[name=hosts]").count() == 1
+    replanned(page, lambda: page.select_option("#plan-target-select", "whatif"))
+    assert page.locator("#launch-form input[name=hosts]").count() == 0
+    assert page.locator("#plan-stages li").count() == 0 and page.locator("#hosts-label").is_hidden()
+    replanned(page, lambda: page.select_option("#plan-target-select", "fleet"))
+    assert launch_value(page, "hosts") == "fleet-b"
+
+    page.fill("#launch-form input[name=name]", "spans-hosts")
+    page.click("#launch-button")
+    page.wait_for_url("**/deployments/*/")
+    d = Deployment.objects.get(name="spans-hosts")
+    assert d.host.name == "fleet-a" and d.plan["multi_host"]
+    leased = GpuLease.objects.filter(deployment=d, active=True)
+    assert sorted(leased.values_list("gpu__host__name", flat=True)) == ["fleet-a", "fleet-b"]
+    nodes = RayNode.objects.filter(deployment=d).order_by("role")
+    assert [(n.host.name, n.role) for n in nodes] == [("fleet-a", "head"), ("fleet-b", "worker")]
     assert errors == []
