@@ -196,6 +196,14 @@ HF_TOKEN = env.env_str("HF_TOKEN", "")
 HF_ENDPOINT = env.env_str("HF_ENDPOINT", "")
 HUB_TIMEOUT_S = env.env_float("HUB_TIMEOUT_S", 10, low=0.5, high=300)
 HF_CACHE_TTL_S = env.env_int("HF_CACHE_TTL_S", 3600, low=0, high=30 * 86400)
+# Host workers download Hub weights before an engine starts and refuse a download that would
+# leave less than this free on the Hub cache's disk; they rescan the cache this often.
+SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES = env.env_int(
+    "SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES", 2 << 30, low=0, high=1 << 50
+)
+SHARDBOARD_CACHE_SCAN_INTERVAL_S = env.env_float(
+    "SHARDBOARD_CACHE_SCAN_INTERVAL_S", 60, low=1, high=86400
+)
 MODEL_ROOTS = [Path(p) for p in env.env_list("MODEL_ROOTS", str(VAR_DIR / "models"))]
 AUDIT_PROMPTS = env.env_bool("AUDIT_PROMPTS", False)
 PLAYGROUND_MAX_TOKENS = env.env_int("PLAYGROUND_MAX_TOKENS", 4096, low=1, high=1_000_000)

@@ -296,6 +296,7 @@ class ModelDownload(models.Model):
         max_length=20, choices=DownloadStatus.choices, default=DownloadStatus.QUEUED
     )
     cancel_requested = models.BooleanField(default=False)
+    hub_token_sealed = models.TextField(blank=True, help_text="a pre-fetch's token (sealed.py)")
     bytes_done = models.BigIntegerField(default=0)
     bytes_total = models.BigIntegerField(default=0)
     rate_bps = models.FloatField(default=0)

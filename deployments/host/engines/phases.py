@@ -58,7 +58,9 @@ _RULES = (
         ),
     ),
 )
-_STRIP = re.compile(r"^(?:\(\w+(?: pid=\d+)?\)\s*)?(?:INFO|WARNING|DEBUG)?\s*(?:\d\d-\d\d )?[\d:.]*\s*(?:\[[^\]]*\]\s*)?")
+_STRIP = re.compile(
+    r"^(?:\(\w+(?: pid=\d+)?\)\s*)?(?:INFO|WARNING|DEBUG)?\s*(?:\d\d-\d\d )?[\d:.]*\s*(?:\[[^\]]*\]\s*)?"
+)
 
 
 @dataclass(frozen=True, slots=True)
