@@ -7,86 +7,209 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0006_replicas'),
-        ('monitoring', '0002_host_retired_at'),
+        ("deployments", "0006_replicas"),
+        ("monitoring", "0002_host_retired_at"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='HostDisk',
+            name="HostDisk",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('cache_dir', models.CharField(max_length=500)),
-                ('free_bytes', models.BigIntegerField(default=0)),
-                ('total_bytes', models.BigIntegerField(default=0)),
-                ('scanned_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('host', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='disk', to='monitoring.host')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("cache_dir", models.CharField(max_length=500)),
+                ("free_bytes", models.BigIntegerField(default=0)),
+                ("total_bytes", models.BigIntegerField(default=0)),
+                ("scanned_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "host",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="disk",
+                        to="monitoring.host",
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='ModelDownload',
+            name="ModelDownload",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('repo_id', models.CharField(max_length=200)),
-                ('revision', models.CharField(blank=True, help_text="as asked; '' = main", max_length=100)),
-                ('commit', models.CharField(blank=True, help_text='the resolved commit', max_length=64)),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('downloading', 'Downloading'), ('done', 'Done'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=20)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('hub_token_sealed', models.TextField(blank=True, help_text="a pre-fetch's token (sealed.py)")),
-                ('bytes_done', models.BigIntegerField(default=0)),
-                ('bytes_total', models.BigIntegerField(default=0)),
-                ('rate_bps', models.FloatField(default=0)),
-                ('files', models.JSONField(blank=True, default=dict, help_text='file -> [done, total]')),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='model_downloads', to=settings.AUTH_USER_MODEL)),
-                ('deployment', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='downloads', to='deployments.deployment')),
-                ('host', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='downloads', to='monitoring.host')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("repo_id", models.CharField(max_length=200)),
+                (
+                    "revision",
+                    models.CharField(blank=True, help_text="as asked; '' = main", max_length=100),
+                ),
+                (
+                    "commit",
+                    models.CharField(blank=True, help_text="the resolved commit", max_length=64),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("downloading", "Downloading"),
+                            ("done", "Done"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=20,
+                    ),
+                ),
+                ("cancel_requested", models.BooleanField(default=False)),
+                (
+                    "hub_token_sealed",
+                    models.TextField(blank=True, help_text="a pre-fetch's token (sealed.py)"),
+                ),
+                ("bytes_done", models.BigIntegerField(default=0)),
+                ("bytes_total", models.BigIntegerField(default=0)),
+                ("rate_bps", models.FloatField(default=0)),
+                (
+                    "files",
+                    models.JSONField(blank=True, default=dict, help_text="file -> [done, total]"),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="model_downloads",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="downloads",
+                        to="deployments.deployment",
+                    ),
+                ),
+                (
+                    "host",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="downloads",
+                        to="monitoring.host",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='CachedModel',
+            name="CachedModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('repo_id', models.CharField(max_length=200)),
-                ('commit', models.CharField(max_length=64)),
-                ('refs', models.JSONField(blank=True, default=list)),
-                ('size_bytes', models.BigIntegerField(default=0)),
-                ('files', models.PositiveIntegerField(default=0)),
-                ('complete', models.BooleanField(default=False, help_text='every file a download of it listed is there')),
-                ('last_used_at', models.DateTimeField(blank=True, null=True)),
-                ('snapshot_path', models.CharField(blank=True, max_length=500)),
-                ('scanned_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('host', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='cached_models', to='monitoring.host')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("repo_id", models.CharField(max_length=200)),
+                ("commit", models.CharField(max_length=64)),
+                ("refs", models.JSONField(blank=True, default=list)),
+                ("size_bytes", models.BigIntegerField(default=0)),
+                ("files", models.PositiveIntegerField(default=0)),
+                (
+                    "complete",
+                    models.BooleanField(
+                        default=False, help_text="every file a download of it listed is there"
+                    ),
+                ),
+                ("last_used_at", models.DateTimeField(blank=True, null=True)),
+                ("snapshot_path", models.CharField(blank=True, max_length=500)),
+                ("scanned_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "host",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="cached_models",
+                        to="monitoring.host",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['host__name', 'repo_id', 'commit'],
-                'constraints': [models.UniqueConstraint(fields=('host', 'repo_id', 'commit'), name='cached_model_once_per_host')],
+                "ordering": ["host__name", "repo_id", "commit"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("host", "repo_id", "commit"), name="cached_model_once_per_host"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='LaunchPhase',
+            name="LaunchPhase",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('attempt', models.PositiveIntegerField(default=0, help_text='restart_count of that start')),
-                ('phase', models.CharField(choices=[('downloading', 'Downloading weights'), ('loading', 'Loading weights'), ('profiling', 'Profiling memory'), ('cuda_graphs', 'Capturing CUDA graphs'), ('warming_up', 'Warming up'), ('ready', 'Ready')], max_length=20)),
-                ('started_at', models.DateTimeField()),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('done', models.BigIntegerField(default=0, help_text='bytes or shards done')),
-                ('total', models.BigIntegerField(default=0, help_text='bytes or shards in all; 0: unknown')),
-                ('detail', models.CharField(blank=True, max_length=300)),
-                ('deployment', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='phases', to='deployments.deployment')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "attempt",
+                    models.PositiveIntegerField(default=0, help_text="restart_count of that start"),
+                ),
+                (
+                    "phase",
+                    models.CharField(
+                        choices=[
+                            ("downloading", "Downloading weights"),
+                            ("loading", "Loading weights"),
+                            ("profiling", "Profiling memory"),
+                            ("cuda_graphs", "Capturing CUDA graphs"),
+                            ("warming_up", "Warming up"),
+                            ("ready", "Ready"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                ("started_at", models.DateTimeField()),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("done", models.BigIntegerField(default=0, help_text="bytes or shards done")),
+                (
+                    "total",
+                    models.BigIntegerField(
+                        default=0, help_text="bytes or shards in all; 0: unknown"
+                    ),
+                ),
+                ("detail", models.CharField(blank=True, max_length=300)),
+                (
+                    "deployment",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="phases",
+                        to="deployments.deployment",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['started_at', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('deployment', 'attempt', 'phase'), name='launch_phase_once_per_start')],
+                "ordering": ["started_at", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("deployment", "attempt", "phase"),
+                        name="launch_phase_once_per_start",
+                    )
+                ],
             },
         ),
     ]
