@@ -91,3 +91,11 @@ def publish_progress(payload: dict[str, Any], *, stream: str | None = None) -> N
             async_to_sync(layer.group_send)(GROUP, message)
     except Exception as exc:
         log.warning("could not push progress %s: %s", payload.get("phase"), exc)
+
+
+def reset_progress(stream: str) -> None:
+    """A new download or launch under an id an earlier database may have used: start empty."""
+    try:
+        enginelog.client().delete(stream)
+    except Exception as exc:
+        log.warning("could not reset %s: %s", stream, exc)

@@ -112,6 +112,8 @@ class Recorder:
 def open_for(d: Deployment) -> Recorder:
     """A new recorder for this start of `d` (a restart's replaces the last one's)."""
     recorder = Recorder(d)
+    if not d.restart_count:
+        events.reset_progress(events.progress_key("deployment", d.pk))
     with _lock:
         _open[d.pk] = recorder
     return recorder

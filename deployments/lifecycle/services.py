@@ -110,13 +110,24 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
     if request.engine not in Engine.values:
         raise DeploymentError(f"Unknown engine {request.engine!r}; choose vllm or transformers.")
     if host.simulated:
-        if not source.is_local:
-            raise DeploymentError(
-                "This host's GPUs are simulated: it serves local models only, with transformers "
-                "on the CPU. Pick a local model (such as the demo model) or a real GPU host."
-            )
-        return Engine.TRANSFORMERS
+        return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (_check_cpu_size)
     return request.engine
+
+
+CPU_HUB_MAX_WEIGHTS_BYTES = 2 << 30
+
+
+def _check_cpu_size(host: Host, source: ModelSource, plan: planning.Plan) -> None:
+    """A simulated host runs transformers on the CPU: its host worker downloads a Hub model
+    first, which is sensible only for small ones."""
+    weights = sum(g.weights_bytes for g in plan.per_gpu)
+    if host.simulated and not source.is_local and weights > CPU_HUB_MAX_WEIGHTS_BYTES:
+        raise DeploymentError(
+            "This host's GPUs are simulated: it serves local models only, or Hub models of at "
+            f"most {CPU_HUB_MAX_WEIGHTS_BYTES / (1 << 30):.0f} GiB of weights with transformers "
+            f"on the CPU (this one has {weights / (1 << 30):.2f} GiB). Pick a local model (such "
+            "as the demo model) or a real GPU host."
+        )
 
 
 class ReservationConflict(DeploymentError):
@@ -205,6 +216,7 @@ def deployment_create(
     options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
     for attempt in range(RESERVE_ATTEMPTS):
         plan, _ = choose_plan(source, host, request, hub_token)
+        _check_cpu_size(host, source, plan)
         try:
             return _create(user, name, host, source, engine, plan, options, http_request)
         except ReservationConflict:

@@ -139,6 +139,8 @@ class _Pusher:
 
     def __init__(self, row: ModelDownload, recorder: Recorder | None) -> None:
         self.row, self.recorder = row, recorder
+        if recorder is None:
+            events.reset_progress(events.progress_key("download", row.pk))
         self.saved_at = 0.0
         self.last: hub.Progress | None = None
 
