@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -79,7 +80,7 @@ def prefetch_start(
         raise CacheError(f"Host(s) offline (no heartbeat lately): {', '.join(offline)}.")
     rows = _create_downloads(user, repo_id, revision, hosts, hub_token, http_request)
     for row in rows:
-        transaction.on_commit(lambda r=row: _send("deployments.prefetch", r.pk, r.host.name))
+        transaction.on_commit(partial(_send, "deployments.prefetch", row.pk, row.host.name))
     return rows
 
 

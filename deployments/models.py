@@ -342,6 +342,14 @@ class CachedModel(models.Model):
     def __str__(self) -> str:
         return f"{self.repo_id}@{self.commit[:8]} on {self.host_id}"
 
+    @property
+    def org(self) -> str:
+        return self.repo_id.partition("/")[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo_id.partition("/")[2]
+
 
 class HostDisk(models.Model):
     """The Hub cache's disk on a host: where it is and how much is free (host worker inventory)."""
