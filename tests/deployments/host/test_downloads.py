@@ -24,41 +24,16 @@ from deployments.models import (
     ModelDownload,
 )
 from tests.support.hubstub import HubStub
-from tests.support.hubstub.served import folder_repo
+from tests.support.hubstub.served import BIG, GATED, MIB, TINY
 from tests.support.waiting import wait_for
-from tests.support.workers import start_sim_worker
+from tests.support.workers import start_fetch_worker
 
 pytestmark = [pytest.mark.worker, pytest.mark.timeout(240)]
 HOST = "fetchhost"
-TINY = "sbtest/tiny-llama"
-BIG = "sbtest/big-weights"
-GATED = "sbtest/gated-tiny"
-MIB = 1 << 20
-
-
-@pytest.fixture
-def served(hub: HubStub, tiny_model: Path, tmp_path: Path) -> HubStub:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    hub.add_repo(folder_repo(TINY, tiny_model))
-    hub.add_repo(folder_repo(GATED, tiny_model, gated=True))
-    big = folder_repo(
-        BIG, tiny_model, sparse_files={"extra.safetensors": 48 * MIB}, scratch=scratch
-    )
-    hub.add_repo(big)
-    return hub
 
 
 def _worker(host_worker: Any, model_root: Path, hub: HubStub, tmp_path: Path, **env: str) -> Any:
-    settings_env = {
-        "HF_HOME": str(tmp_path / "hf-home"),
-        "HF_ENDPOINT": hub.url,
-        "HF_HUB_OFFLINE": "0",
-        "SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES": "0",
-        "SHARDBOARD_CACHE_SCAN_INTERVAL_S": "2",
-        **env,
-    }
-    return start_sim_worker(host_worker, HOST, model_root, **settings_env)
+    return start_fetch_worker(host_worker, HOST, model_root, hub.url, tmp_path / "hf-home", **env)
 
 
 def _events(kind: str, pk: int) -> list[dict[str, Any]]:

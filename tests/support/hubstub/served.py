@@ -13,6 +13,19 @@ from typing import Any
 from tests.support.hubstub.repos import DTYPE_BYTES, RepoFile, StubRepo
 
 LFS_FROM_BYTES = 10 * 1024  # as the Hub: big files go through LFS (ETag = sha256)
+MIB = 1 << 20
+# The repos `serve_tiny` adds: the tiny model, the same behind a gate, and the same with a
+# large sparse file more (its download takes long enough to be watched).
+TINY = "sbtest/tiny-llama"
+GATED = "sbtest/gated-tiny"
+BIG = "sbtest/big-weights"
+
+
+def serve_tiny(hub: Any, tiny_model: Path, scratch: Path, big_bytes: int = 48 * MIB) -> None:
+    hub.add_repo(folder_repo(TINY, tiny_model))
+    hub.add_repo(folder_repo(GATED, tiny_model, gated=True))
+    sparse = {"extra.safetensors": big_bytes}
+    hub.add_repo(folder_repo(BIG, tiny_model, sparse_files=sparse, scratch=scratch))
 
 
 def folder_repo(
