@@ -22,6 +22,7 @@ from tests.support.hubstub import search, streaming
 from tests.support.hubstub.repos import RepoFile, StubRepo, load_repos
 
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<rev>[^/]+))?/?$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 MAX_RANGE_BYTES = 1 << 20
@@ -190,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(401, "Invalid credentials in Authorization header")
         if path == "/api/models":
             return self._search(query, head=head)
+        if match := _TREE.match(path):
+            return self._tree(match["repo"], unquote(match["rev"]), token, head=head)
         if match := _INFO.match(path):
             return self._info(match["repo"], match["rev"], query, token, head=head)
         if match := _RESOLVE.match(path):
@@ -235,6 +238,23 @@ class _Handler(BaseHTTPRequestHandler):
         blobs = query.get("blobs", [""])[0].lower() == "true"
         body = repo.api_info(sha=sha, blobs=blobs, expand=query.get("expand", []))
         self._json(200, body, {}, head=head)
+
+    def _tree(self, repo_id: str, revision: str, token: str | None, *, head: bool) -> None:
+        """The file listing snapshot_download walks (recursive, one page)."""
+        repo = self._repo(repo_id, token)
+        self._sha(repo, revision)
+        entries = []
+        for f in repo.files.values():
+            entry: dict[str, Any] = {
+                "type": "file",
+                "path": f.name,
+                "size": f.size,
+                "oid": f.etag[:40],
+            }
+            if f.lfs:
+                entry["lfs"] = {"oid": f.etag, "size": f.size, "pointerSize": 135}
+            entries.append(entry)
+        self._json(200, entries, {}, head=head)
 
     def _resolve(
         self, repo_id: str, revision: str, filename: str, token: str | None, *, head: bool
