@@ -59,7 +59,7 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         multi_host=bool(plan.get("multi_host")),
         device="cpu" if simulated else "cuda",
         hf_offline=snapshot is not None or _is_local(d),
-        hf_token=None if _is_local(d) else _hub_token(d),
+        hf_token=None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
         owner=engine_owner(),
     )
 
@@ -109,7 +109,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     """
     recorder = launchphases.open_for(d)
     snapshot = None
-    if not _is_local(d):
+    if settings.SHARDBOARD_FETCH_WEIGHTS and not _is_local(d):
         fetched = fetching.for_launch(d, _hub_token(d), recorder)
         if fetched.ended:
             recorder.close()

@@ -117,16 +117,33 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
 CPU_HUB_MAX_WEIGHTS_BYTES = 2 << 30
 
 
+def _plan_for(
+    source: ModelSource, host: Host, request: LaunchRequest, hub_token: str | None
+) -> planning.Plan:
+    if not (host.simulated and not source.is_local):
+        return choose_plan(source, host, request, hub_token)[0]
+    try:
+        plan = choose_plan(source, host, request, hub_token)[0]
+    except DeploymentError as exc:
+        raise DeploymentError(f"{_SIMULATED_HUB} This one could not be planned: {exc}") from exc
+    _check_cpu_size(host, source, plan)
+    return plan
+
+
+_SIMULATED_HUB = (
+    "This host's GPUs are simulated: it serves local models only, or Hub models of at most "
+    f"{CPU_HUB_MAX_WEIGHTS_BYTES >> 30} GiB of weights with transformers on the CPU."
+)
+
+
 def _check_cpu_size(host: Host, source: ModelSource, plan: planning.Plan) -> None:
     """A simulated host runs transformers on the CPU: its host worker downloads a Hub model
     first, which is sensible only for small ones."""
     weights = sum(g.weights_bytes for g in plan.per_gpu)
     if host.simulated and not source.is_local and weights > CPU_HUB_MAX_WEIGHTS_BYTES:
         raise DeploymentError(
-            "This host's GPUs are simulated: it serves local models only, or Hub models of at "
-            f"most {CPU_HUB_MAX_WEIGHTS_BYTES / (1 << 30):.0f} GiB of weights with transformers "
-            f"on the CPU (this one has {weights / (1 << 30):.2f} GiB). Pick a local model (such "
-            "as the demo model) or a real GPU host."
+            f"{_SIMULATED_HUB} This one has {weights / (1 << 30):.2f} GiB: pick a local model "
+            "(such as the demo model) or a real GPU host."
         )
 
 
@@ -215,8 +232,7 @@ def deployment_create(
     )
     options = {"overrides": overrides, "auto_restart": bool(auto_restart), "hub_token": hub_token}
     for attempt in range(RESERVE_ATTEMPTS):
-        plan, _ = choose_plan(source, host, request, hub_token)
-        _check_cpu_size(host, source, plan)
+        plan = _plan_for(source, host, request, hub_token)
         try:
             return _create(user, name, host, source, engine, plan, options, http_request)
         except ReservationConflict:
