@@ -2,14 +2,18 @@
 
 No Django. The files an engine needs only (safetensors, configs, tokenizer; `.bin`/`.pt`
 copies only where a repo has no safetensors), the disk checked before a byte is fetched,
-progress counted per file, and a stop that interrupts the transfer: the file being written
-stays `.incomplete` in the cache's blobs, so the next try resumes it (huggingface_hub sends a
-Range from its size), and nothing of it shows in the snapshot until it is whole.
+progress counted per file, and a stop that interrupts the transfer. A connection cut
+mid-file is resumed by huggingface_hub itself (`http_get` retries with a Range); a stopped or
+failed attempt is resumed by the next one: weights (LFS files) are written to
+`.shardboard-partial/<etag>.part` in the cache, which survives the attempt (hf_hub_download
+deletes its per-attempt temporary file, huggingface_hub PR #4228), and are moved into the
+cache's blobs and linked into the snapshot only once whole.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import shutil
 import threading
 import time
@@ -19,8 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import HfApi, hf_hub_download, try_to_load_from_cache
+from filelock import FileLock
+from huggingface_hub import (
+    HfApi,
+    get_hf_file_metadata,
+    hf_hub_download,
+    hf_hub_url,
+    try_to_load_from_cache,
+)
 from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.file_download import http_get
+from huggingface_hub.utils import build_hf_headers
 from huggingface_hub.utils import tqdm as base_tqdm
 
 WEIGHTS = ("*.safetensors",)
@@ -191,8 +204,9 @@ def fetch(
     missing = [n for n in files if n not in have]
     if missing:
         _transfer(job, commit, missing, counter, on_progress, should_stop, start, base)
+    write_ref(job, commit)
     on_progress(_progress(commit, counter, start, base, final=True))
-    snapshot = job.cache_dir / f"models--{job.repo_id.replace('/', '--')}" / "snapshots" / commit
+    snapshot = repo_folder(job) / "snapshots" / commit
     done = sum(files.values())
     return Fetched(commit, snapshot, tuple(files), done, done - base, time.monotonic() - start)
 
@@ -230,20 +244,67 @@ def _one(job: Job, commit: str, name: str, counter: _Counter) -> str:
     if counter.stop.is_set():
         raise Cancelled("stopped during the download")
     try:
-        path = hf_hub_download(
-            job.repo_id,
-            name,
-            revision=commit,
-            cache_dir=job.cache_dir,
-            endpoint=job.endpoint or None,
-            token=job.token or False,
-            tqdm_class=counter.bar_for(name),
-        )
+        if _matches(name, WEIGHTS + FALLBACK_WEIGHTS):
+            path = _resumable(job, commit, name, counter)
+        else:
+            path = hf_hub_download(
+                job.repo_id,
+                name,
+                revision=commit,
+                cache_dir=job.cache_dir,
+                endpoint=job.endpoint or None,
+                token=job.token or False,
+                tqdm_class=counter.bar_for(name),
+            )
     except HfHubHTTPError as exc:
         raise DownloadError(_hub_message(exc)) from exc
     size = Path(path).stat().st_size
     counter.set(name, size, size)
     return path
+
+
+def repo_folder(job: Job) -> Path:
+    return job.cache_dir / f"models--{job.repo_id.replace('/', '--')}"
+
+
+def _resumable(job: Job, commit: str, name: str, counter: _Counter) -> str:
+    """One weights file into the cache, continuing what an earlier attempt left."""
+    url = hf_hub_url(job.repo_id, name, revision=commit, endpoint=job.endpoint or None)
+    meta = get_hf_file_metadata(url, token=job.token or False)
+    if not meta.etag:
+        raise DownloadError(f"the Hub gave no ETag for {name}")
+    blob = repo_folder(job) / "blobs" / meta.etag
+    partial = job.cache_dir / ".shardboard-partial" / f"{meta.etag}.part"
+    blob.parent.mkdir(parents=True, exist_ok=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    # Two downloads of one file at once (a pre-fetch and a launch) take turns on its .part.
+    with FileLock(f"{partial}.lock"):
+        if not blob.exists():
+            _append(meta.location, partial, blob, job, meta.size, counter.bar_for(name))
+    link = repo_folder(job) / "snapshots" / commit / name
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.unlink(missing_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    return str(link)
+
+
+def _append(
+    url: str, partial: Path, blob: Path, job: Job, size: int | None, bar: type[base_tqdm]
+) -> None:
+    headers = build_hf_headers(token=job.token or False)
+    with partial.open("ab") as f:
+        http_get(url, f, resume_size=f.tell(), headers=headers, expected_size=size, tqdm_class=bar)
+    os.replace(partial, blob)
+
+
+def write_ref(job: Job, commit: str) -> None:
+    """refs/<revision> -> commit, as huggingface_hub keeps it (a commit asked for has none)."""
+    revision = job.revision or "main"
+    if revision != commit:
+        ref = repo_folder(job) / "refs" / revision
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        ref.write_text(commit)
 
 
 def _progress(commit: str, counter: _Counter, start: float, base: int, *, final: bool) -> Progress:
