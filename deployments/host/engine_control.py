@@ -118,6 +118,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
                 return {"failed": fetched.ended}
             return {"skipped": fetched.ended}
         snapshot = fetched.snapshot
+        recorder.end_step()
     if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
         recorder.close()
         return {"skipped": "ended while waiting for its turn on a shared GPU"}

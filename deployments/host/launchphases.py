@@ -41,7 +41,7 @@ class Recorder:
             if self.row is not None and self.row.phase == phase:
                 return self._progress(done, total, force=True, **extra)
             now = timezone.now()
-            if self.row is not None:
+            if self.row is not None and self.row.ended_at is None:
                 LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=now)
             self.tracker.current = phase
             self.row, _ = LaunchPhase.objects.update_or_create(
@@ -77,6 +77,14 @@ class Recorder:
                     self.progress(step.done, step.total, force=step.done == step.total)
         except DatabaseError as exc:
             log.warning("launch steps of deployment %s not recorded: %s", self.pk, exc)
+
+    def end_step(self) -> None:
+        """The current step is over though the next has not begun (the download is done; the
+        engine has yet to say it loads): its time is not the engine's start-up."""
+        with self._lock:
+            if self.row is not None and self.row.ended_at is None:
+                self.row.ended_at = timezone.now()
+                LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=self.row.ended_at)
 
     def ready(self) -> None:
         self.enter(READY)
