@@ -21,7 +21,7 @@ from controlpanel.roles import Role, has_role
 from deployments import planning, replicas, sealed
 from deployments.catalog.registered import host_inventory, reserved_bytes
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
-from deployments.lifecycle import limits
+from deployments.lifecycle import cpu_hub, limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.models import ACTIVE, Deployment, Engine, GpuLease, Status
 from deployments.planning.units import GIB
@@ -110,11 +110,8 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
     if request.engine not in Engine.values:
         raise DeploymentError(f"Unknown engine {request.engine!r}; choose vllm or transformers.")
     if host.simulated:
-        return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (_check_cpu_size)
+        return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (cpu_hub)
     return request.engine
-
-
-CPU_HUB_MAX_WEIGHTS_BYTES = 2 << 30
 
 
 def _plan_for(
@@ -125,26 +122,12 @@ def _plan_for(
     try:
         plan = choose_plan(source, host, request, hub_token)[0]
     except DeploymentError as exc:
-        raise DeploymentError(f"{_SIMULATED_HUB} This one could not be planned: {exc}") from exc
-    _check_cpu_size(host, source, plan)
-    return plan
-
-
-_SIMULATED_HUB = (
-    "This host's GPUs are simulated: it serves local models only, or Hub models of at most "
-    f"{CPU_HUB_MAX_WEIGHTS_BYTES >> 30} GiB of weights with transformers on the CPU."
-)
-
-
-def _check_cpu_size(host: Host, source: ModelSource, plan: planning.Plan) -> None:
-    """A simulated host runs transformers on the CPU: its host worker downloads a Hub model
-    first, which is sensible only for small ones."""
-    weights = sum(g.weights_bytes for g in plan.per_gpu)
-    if host.simulated and not source.is_local and weights > CPU_HUB_MAX_WEIGHTS_BYTES:
         raise DeploymentError(
-            f"{_SIMULATED_HUB} This one has {weights / (1 << 30):.2f} GiB: pick a local model "
-            "(such as the demo model) or a real GPU host."
-        )
+            f"{cpu_hub.SIMULATED_HUB} This one could not be planned: {exc}"
+        ) from exc
+    if refusal := cpu_hub.refusal(plan):
+        raise DeploymentError(refusal)
+    return plan
 
 
 class ReservationConflict(DeploymentError):
