@@ -17,7 +17,7 @@ _UNITS = {Phase.LOADING: "shards", Phase.CUDA_GRAPHS: "graphs"}
 class StepRow:
     phase: str
     label: str
-    state: str  # done, current, waiting
+    state: str  # done, current, waiting, or cut (the start ended during it)
     duration_s: float | None
     expected_s: float | None
     done: int
@@ -45,7 +45,7 @@ def launch_steps(d: Deployment) -> Steps:
     expected = expected_durations(d)
     live = d.status in (Status.PENDING, Status.STARTING, Status.RESTARTING)
     download = ModelDownload.objects.filter(deployment=d).order_by("-created_at").first()
-    rows = [_row(phase, phases.get(phase), expected.get(phase), download) for phase in Phase]
+    rows = [_row(p, phases.get(p), expected.get(p), download, live=live) for p in Phase]
     total = sum(expected.values()) if expected else None
     return Steps(rows, total, live)
 
@@ -55,10 +55,12 @@ def _row(
     row: LaunchPhase | None,
     expected_s: float | None,
     download: ModelDownload | None,
+    *,
+    live: bool,
 ) -> StepRow:
     if row is None:
         return StepRow(phase, phase.label, "waiting", None, expected_s, 0, 0, "")
-    state = "done" if row.ended_at else "current"
+    state = "done" if row.ended_at else "current" if live else "cut"
     text = _text(phase, row, download)
     return StepRow(phase, phase.label, state, row.duration_s, expected_s, row.done, row.total, text)
 
