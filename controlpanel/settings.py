@@ -208,6 +208,16 @@ HF_TOKEN = env.env_str("HF_TOKEN", "")
 HF_ENDPOINT = env.env_str("HF_ENDPOINT", "")
 HUB_TIMEOUT_S = env.env_float("HUB_TIMEOUT_S", 10, low=0.5, high=300)
 HF_CACHE_TTL_S = env.env_int("HF_CACHE_TTL_S", 3600, low=0, high=30 * 86400)
+# Host workers download Hub weights before an engine starts (off: the engine downloads them
+# itself, as before) and refuse a download that would leave less than MIN_FREE on the Hub
+# cache's disk; they rescan the cache this often.
+SHARDBOARD_FETCH_WEIGHTS = env.env_bool("SHARDBOARD_FETCH_WEIGHTS", True)
+SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES = env.env_int(
+    "SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES", 2 << 30, low=0, high=1 << 50
+)
+SHARDBOARD_CACHE_SCAN_INTERVAL_S = env.env_float(
+    "SHARDBOARD_CACHE_SCAN_INTERVAL_S", 60, low=1, high=86400
+)
 MODEL_ROOTS = [Path(p) for p in env.env_list("MODEL_ROOTS", str(VAR_DIR / "models"))]
 AUDIT_PROMPTS = env.env_bool("AUDIT_PROMPTS", False)
 # A copy of each new audit row to syslog: "/dev/log" or "host:port" (UDP); "" = none.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -9,7 +10,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from deployments import replicas
+from deployments import enginelog, replicas
 from deployments.models import Deployment
 
 log = logging.getLogger(__name__)
@@ -60,3 +61,41 @@ def publish_on_commit(deployment: Deployment) -> None:
     """Push once the transaction that changed the row commits (at once outside one)."""
     payload = status_payload(deployment)
     transaction.on_commit(lambda: _send(deployment.pk, payload))
+
+
+PROGRESS_STREAM = "shardboard:progress"
+PROGRESS_STREAM_MAX = 2000
+
+
+def progress_key(kind: str, pk: int) -> str:
+    """The Redis stream of one deployment's (kind "deployment") or download's progress."""
+    return f"{PROGRESS_STREAM}:{kind}:{pk}"
+
+
+def publish_progress(payload: dict[str, Any], *, stream: str | None = None) -> None:
+    """A launch step or download moved: to the browsers now (the rows hold the state), and to
+    a short stream so the order of what was pushed can be read back. Best effort."""
+    layer = get_channel_layer()
+    try:
+        if stream:
+            client = enginelog.client()  # the Redis the web and the host workers share
+            client.xadd(
+                stream,
+                {"p": json.dumps(payload)},
+                maxlen=PROGRESS_STREAM_MAX,
+                approximate=True,
+            )
+            client.expire(stream, 24 * 3600)
+        if layer is not None:
+            message = {"type": "deployment.progress", "payload": payload}
+            async_to_sync(layer.group_send)(GROUP, message)
+    except Exception as exc:
+        log.warning("could not push progress %s: %s", payload.get("phase"), exc)
+
+
+def reset_progress(stream: str) -> None:
+    """A new download or launch under an id an earlier database may have used: start empty."""
+    try:
+        enginelog.client().delete(stream)
+    except Exception as exc:
+        log.warning("could not reset %s: %s", stream, exc)

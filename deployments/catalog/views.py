@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
-from deployments import planning
+from deployments import modelcache, planning
 from deployments.catalog import commands
 from deployments.catalog import plan_panel as panel
 from deployments.catalog import plan_targets as targets
@@ -240,6 +240,7 @@ def hub_model(request: HttpRequest, org: str, name: str) -> HttpResponse:
     extra = {"card": card, "weights": sel.human_bytes(card.weights_bytes)}
     extra["checkpoint_quant"] = card.quantization
     extra["parameters"] = sel.human_params(card.parameters)
+    extra["on_hosts"] = modelcache.on_hosts(card.repo_id)
     return _detail(request, source, extra)
 
 

@@ -12,9 +12,10 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
-from deployments.host import diagnosis, logship, restart_policy, transitions, turns
+from deployments.host import diagnosis, launchphases, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
 from deployments.host.dbretry import retried
+from deployments.host.downloads import fetching
 from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host.engines.probes import smoke_test, wait_ready
 from deployments.host.owner import engine_owner
@@ -30,7 +31,9 @@ def log_dir() -> Path:
     return path
 
 
-def launch_spec(d: Deployment, port: int) -> LaunchSpec:
+def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> LaunchSpec:
+    """The engine's settings; with `snapshot` (weights this worker fetched), the engine loads
+    that folder offline instead of reaching the Hub itself."""
     plan = d.plan
     leases = d.leases.filter(active=True, gpu__host=d.host).select_related("gpu")
     indices = tuple(lease.gpu.index for lease in leases)
@@ -40,10 +43,10 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
     request = plan.get("request", {})
     return LaunchSpec(
         deployment_id=str(d.pk),
-        model=d.model_id,
+        model=str(snapshot) if snapshot else d.model_id,
         port=port,
         host=settings.SHARDBOARD_ENGINE_HOST,
-        revision=d.revision or None,
+        revision=None if snapshot else d.revision or None,
         served_model_name=d.name,
         api_key=d.engine_api_key() if d.engine == Engine.VLLM else None,
         tensor_parallel_size=1 if simulated else plan.get("tensor_parallel_size", 1),
@@ -61,8 +64,8 @@ def launch_spec(d: Deployment, port: int) -> LaunchSpec:
         ray_address=cluster.head_address(d) if multi_host else None,
         node_address=settings.SHARDBOARD_RAY_NODE_ADDRESS if multi_host else None,
         device="cpu" if simulated else "cuda",
-        hf_offline=_is_local(d),
-        hf_token=None if _is_local(d) else _hub_token(d),
+        hf_offline=snapshot is not None or _is_local(d),
+        hf_token=None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
         owner=engine_owner(),
     )
 
@@ -107,9 +110,23 @@ def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
 def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dict[str, Any]:
     """Spawn the engine on the leased GPUs, move to `starting`, wait until it is ready.
 
-    Each restart logs to a file of its own, so the log of the engine that died is kept.
+    Each restart logs to a file of its own, so the log of the engine that died is kept. A Hub
+    model's weights are fetched first (no GPU is needed for that, so before the turn).
     """
+    recorder = launchphases.open_for(d)
+    snapshot = None
+    if settings.SHARDBOARD_FETCH_WEIGHTS and not _is_local(d):
+        fetched = fetching.for_launch(d, _hub_token(d), recorder)
+        if fetched.ended:
+            recorder.close()
+            if _still(d, Status(d.status)):
+                transitions.fail(d, fetched.ended)
+                return {"failed": fetched.ended}
+            return {"skipped": fetched.ended}
+        snapshot = fetched.snapshot
+        recorder.end_step()
     if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
+        recorder.close()
         return {"skipped": "ended while waiting for its turn on a shared GPU"}
     if d.plan.get("multi_host"):
         try:
@@ -121,7 +138,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
             return {"skipped": "stopped while its Ray cluster formed"}
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
-        command = get_adapter(d.engine).build(launch_spec(d, port))
+        command = get_adapter(d.engine).build(launch_spec(d, port, snapshot))
     except UnsupportedSpec as exc:
         transitions.fail(d, f"The engine refused the settings: {exc}")
         return {"failed": str(exc)}
@@ -161,7 +178,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     if not transitions.move(d, Status.STARTING, reason, **fields):
         sv.stop(handle, settings.SHARDBOARD_STOP_GRACE_S)  # stopped before it began
         return {"skipped": "stopped before start"}
-    logship.follow(d, log_path, first=not log_suffix)
+    logship.follow(d, log_path, first=not log_suffix, on_lines=recorder.feed)
     _attach_simulated(d)
     return _await_ready(d, command, _Spawned(handle))
 
@@ -259,6 +276,8 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
             f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
         )
     )
+    if recorder := launchphases.current(d.pk):
+        recorder.ready()
     return {"running": d.pk, "ready_s": round(result.elapsed_s, 2)}
 
 
@@ -269,6 +288,8 @@ def _still(d: Deployment, status: Status) -> bool:
 
 
 def _failed_start(d: Deployment, engine: _Spawned | _Adopted, reason: str) -> dict[str, Any]:
+    if recorder := launchphases.current(d.pk):
+        recorder.close()
     code, sig = engine.end()
     found = diagnosis.diagnose_exit(logship.finish(d, engine.log_path), code, sig)
     restart_policy.engine_lost(d, f"{reason}. {found.title}: {found.reason}", found)
@@ -279,6 +300,8 @@ def stop(deployment_id: int) -> dict[str, Any]:
     d = Deployment.objects.select_related("host").get(pk=deployment_id)
     if d.status != Status.STOPPING:
         return {"skipped": f"status is {d.status}"}
+    if recorder := launchphases.current(d.pk):
+        recorder.close()
     result = None
     if d.pgid:
         result = sv.stop(

@@ -28,6 +28,9 @@ class DeploymentsConsumer(RoleConsumer):
     async def deployment_status(self, message: dict[str, Any]) -> None:
         await self.send_json(message["payload"])
 
+    async def deployment_progress(self, message: dict[str, Any]) -> None:
+        await self.send_json(message["payload"])
+
 
 def _backfill(pk: int, after: str) -> list[enginelog.Line]:
     return enginelog.after(pk, after) if after else enginelog.recent(pk)

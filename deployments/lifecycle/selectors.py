@@ -14,6 +14,7 @@ from deployments import enginelog, replicas
 from deployments.catalog.selectors import concurrency_text
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
+from deployments.lifecycle.steps import launch_steps
 from deployments.models import ACTIVE, Deployment, Status
 from monitoring.models import Host
 from playground.gateway import balance
@@ -143,6 +144,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "diagnosis": deployment.diagnosis or None,
         "plan_figures": plan_figures(deployment.plan),
         "log": log_panel(deployment),
+        "steps": launch_steps(deployment),
     }
 
 

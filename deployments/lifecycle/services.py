@@ -20,7 +20,7 @@ from controlpanel.roles import Role, has_role
 from deployments import planning, replicas, sealed
 from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
-from deployments.lifecycle import limits
+from deployments.lifecycle import cpu_hub, limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
@@ -116,13 +116,24 @@ def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
     if request.engine not in Engine.values:
         raise DeploymentError(f"Unknown engine {request.engine!r}; choose vllm or transformers.")
     if host.simulated:
-        if not source.is_local:
-            raise DeploymentError(
-                "This host's GPUs are simulated: it serves local models only, with transformers "
-                "on the CPU. Pick a local model (such as the demo model) or a real GPU host."
-            )
-        return Engine.TRANSFORMERS
+        return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (cpu_hub)
     return request.engine
+
+
+def _plan_for(
+    source: ModelSource, host: Host, request: LaunchRequest, hub_token: str | None
+) -> planning.Plan:
+    if not (host.simulated and not source.is_local):
+        return choose_plan(source, host, request, hub_token)[0]
+    try:
+        plan = choose_plan(source, host, request, hub_token)[0]
+    except DeploymentError as exc:
+        raise DeploymentError(
+            f"{cpu_hub.SIMULATED_HUB} This one could not be planned: {exc}"
+        ) from exc
+    if refusal := cpu_hub.refusal(plan):
+        raise DeploymentError(refusal)
+    return plan
 
 
 def _check_name(name: str) -> str:
@@ -173,7 +184,7 @@ def deployment_create(
     }
     check_hosts(request.host_name, request.hosts, request.replicas)
     for attempt in range(RESERVE_ATTEMPTS):
-        plan, _ = choose_plan(source, host, request, hub_token)
+        plan = _plan_for(source, host, request, hub_token)
         lead = spanned_hosts(plan, host)[0]
         # only vLLM's Ray executor runs one model over several hosts
         engine = Engine.VLLM if plan.multi_host else _engine_for(request, lead, source)

@@ -7,6 +7,7 @@
     const ws = new WebSocket(proto + "://" + location.host + "/ws/deployments/");
     ws.onmessage = function (ev) {
       const msg = JSON.parse(ev.data);
+      if (msg.type === "deployment.progress") { progress(msg); return; }
       document.querySelectorAll('[data-status-for="' + msg.id + '"]').forEach(function (el) {
         el.textContent = msg.status_label;
         el.className = "badge status-" + msg.status;
@@ -25,6 +26,36 @@
       }
     };
     ws.onclose = function () { setTimeout(function () { connect(Math.min(delayMs * 2, 10000)); }, delayMs); };
+  }
+  // A start's steps: a step's progress in place; a step not yet shown as under way reloads
+  // the page (a handful of times per start).
+  const steps = document.getElementById("launch-steps");
+  let reloading = false;
+  const mib = function (n) { return (n / 1048576).toFixed(1) + " MiB"; };
+  function stepText(msg) {
+    if (msg.phase === "downloading" && msg.total) {
+      let text = mib(msg.done) + " of " + mib(msg.total);
+      if (msg.rate_bps) { text += " · " + mib(msg.rate_bps) + "/s"; }
+      if (msg.eta_s) { text += " · " + Math.round(msg.eta_s) + " s left"; }
+      return text;
+    }
+    return msg.total ? msg.done + " of " + msg.total : "";
+  }
+  function progress(msg) {
+    const pct = msg.total ? " " + Math.round(100 * msg.done / msg.total) + "%" : "";
+    document.querySelectorAll('[data-progress-for="' + msg.id + '"]').forEach(function (el) {
+      el.textContent = msg.phase_label + pct;
+    });
+    if (!steps || String(msg.id) !== steps.dataset.pk) { return; }
+    const li = steps.querySelector('[data-step="' + msg.phase + '"]');
+    if (!li || li.dataset.state !== "current") {
+      if (!reloading) { reloading = true; setTimeout(function () { location.reload(); }, 300); }
+      return;
+    }
+    const bar = steps.querySelector('[data-step-bar="' + msg.phase + '"]');
+    if (bar && msg.total) { bar.max = msg.total; bar.value = msg.done; }
+    const text = steps.querySelector('[data-step-text="' + msg.phase + '"]');
+    if (text) { text.textContent = stepText(msg); }
   }
   connect(1000);
   const log = document.getElementById("log");

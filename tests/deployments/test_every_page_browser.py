@@ -47,7 +47,7 @@ def test_no_page_has_an_error(
     login(page, asgi_server, admin_user.username)
     paths = ["/", "/models/", f"/models/{BIG}/", "/models/local/0/tiny/", "/deployments/"]
     paths += ["/deployments/new/", f"/deployments/{d.pk}/", "/playground/", "/gpus/topology/"]
-    paths += ["/audit/", "/admin/", "/tokens/", "/api/v1/docs"]
+    paths += ["/audit/", "/admin/", "/tokens/", "/api/v1/docs", "/models/on-hosts/", "/usage/"]
     for path in paths:
         response = page.goto(f"{asgi_server.url}{path}")
         assert response is not None and response.status == 200, path

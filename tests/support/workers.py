@@ -72,3 +72,19 @@ def start_sim_worker(host_worker: Any, host: str, model_root: Path, **env: str) 
     proc = host_worker(host, **env)
     wait_for(lambda: Host.objects.filter(name=host, gpus__isnull=False).exists(), timeout_s=60)
     return proc
+
+
+def start_fetch_worker(
+    host_worker: Any, host: str, model_root: Path, hub_url: str, hf_home: Path, **env: str
+) -> Any:
+    """A simulated-GPU host worker that downloads Hub weights from the stand-in at `hub_url`
+    into `hf_home` (no disk floor; its cache rescanned every 2 s)."""
+    fetch_env = {
+        "HF_HOME": str(hf_home),
+        "HF_ENDPOINT": hub_url,
+        "HF_HUB_OFFLINE": "0",
+        "SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES": "0",
+        "SHARDBOARD_CACHE_SCAN_INTERVAL_S": "2",
+        **env,
+    }
+    return start_sim_worker(host_worker, host, model_root, **fetch_env)

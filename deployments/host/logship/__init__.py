@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -47,7 +48,14 @@ def _shipping_client(url: str) -> redis.Redis:
     )
 
 
-def follow(d: Deployment, log_path: Path, *, first: bool = False, resume: bool = False) -> Follower:
+def follow(
+    d: Deployment,
+    log_path: Path,
+    *,
+    first: bool = False,
+    resume: bool = False,
+    on_lines: Callable[[list[str]], None] | None = None,
+) -> Follower:
     """Ship `log_path` from its start, or (`resume`) from where an earlier worker stopped.
 
     A `first` engine of a deployment starts a new stream: one left under the same id by an
@@ -69,6 +77,7 @@ def follow(d: Deployment, log_path: Path, *, first: bool = False, resume: bool =
         client=client,
         channel=enginelog.channel(d.pk),
         start_offset=start,
+        on_lines=on_lines,
     )
     with _lock:
         previous = _followers.pop(d.pk, None)

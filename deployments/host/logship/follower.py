@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -49,7 +50,9 @@ class Follower:
         start_offset: int = 0,
         max_lines: int = enginelog.STREAM_MAX_LINES,
         poll_s: float = POLL_S,
+        on_lines: Callable[[list[str]], None] | None = None,
     ) -> None:
+        self.on_lines = on_lines  # also handed each batch of clean lines (the launch steps)
         self.pk, self.path, self.mask, self.client = pk, path, mask, client
         self.channel, self.max_lines, self.poll_s = channel, max_lines, poll_s
         self.offset = start_offset  # bytes of the file read so far
@@ -136,6 +139,8 @@ class Follower:
 
     def _ship(self, raw_lines: list[bytes]) -> None:
         texts = [clean_line(raw, self.mask) for raw in raw_lines]
+        if self.on_lines is not None:
+            self.on_lines(texts)
         key, done = enginelog.stream_key(self.pk), self.offset - self._splitter.pending_bytes
         for start in range(0, len(texts), BATCH_LINES):
             batch = texts[start : start + BATCH_LINES]

@@ -72,7 +72,9 @@ def test_own_token_reaches_the_engine_only(
     operator: Any,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
+    settings: Any,
 ) -> None:
+    settings.SHARDBOARD_FETCH_WEIGHTS = False  # the engine downloads: it needs the token
     caplog.set_level(logging.DEBUG)
     monkeypatch.setenv("SHARDBOARD_VLLM_BIN", str(STUB_ENGINE))
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)  # scripts/test.sh exports it as "0"
@@ -101,7 +103,9 @@ def test_ungated_hub_model_gets_no_token(
     gpu_host: Host,
     operator: Any,
     monkeypatch: pytest.MonkeyPatch,
+    settings: Any,
 ) -> None:
+    settings.SHARDBOARD_FETCH_WEIGHTS = False  # the stand-in serves no 7B of weights
     monkeypatch.setenv("SHARDBOARD_VLLM_BIN", str(STUB_ENGINE))
     d = deployment_create(user=operator, request=request_for(QWEN, "open"))
     assert d.hub_token_sealed == ""

@@ -37,6 +37,14 @@ class RepoFile:
     content: bytes | None  # None: the stand-in knows the size but serves no bytes
     size: int
     lfs: bool
+    path: Path | None = None  # served whole from this file on disk (a large sparse one)
+
+    @property
+    def whole(self) -> bool:
+        """The stand-in has every byte of it (not only a safetensors header)."""
+        return self.path is not None or (
+            self.content is not None and len(self.content) == self.size
+        )
 
     @property
     def etag(self) -> str:

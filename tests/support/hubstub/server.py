@@ -18,10 +18,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from tests.support.hubstub import search
+from tests.support.hubstub import search, streaming
 from tests.support.hubstub.repos import RepoFile, StubRepo, load_repos
 
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<rev>[^/]+))?/?$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
 MAX_RANGE_BYTES = 1 << 20
@@ -33,6 +34,7 @@ class Request:
     path: str
     query: dict[str, list[str]]
     authorized: bool  # an Authorization header was sent; the token itself is never recorded
+    range: str | None = None  # the Range header, if any (a resumed download sends one)
 
 
 class _Reply(Exception):
@@ -57,6 +59,8 @@ class HubStub:
         self.tokens = tokens if tokens is not None else {}
         self.page_cap = page_cap
         self.rate_limited = False
+        self.throttle_bps = 0  # whole files are sent at most this fast (0: as fast as it goes)
+        self.cut_once: dict[str, int] = {}  # file name -> close the connection after N bytes, once
         self._port = port
         self._lock = threading.Lock()
         self._requests: list[Request] = []
@@ -101,6 +105,14 @@ class HubStub:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._server, self._thread = None, None
+
+    def add_repo(self, repo: StubRepo) -> StubRepo:
+        self.repos[repo.repo_id] = repo
+        return repo
+
+    def take_cut(self, name: str) -> int | None:
+        with self._lock:
+            return self.cut_once.pop(name, None)
 
     def track(self, connection: socket.socket, *, open_: bool) -> None:
         with self._lock:
@@ -155,7 +167,10 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
         token = self._token()
-        self.hub.record(Request(self.command, parts.path, query, token is not None))
+        request = Request(
+            self.command, parts.path, query, token is not None, self.headers.get("Range")
+        )
+        self.hub.record(request)
         try:
             self._route(parts.path, query, token, head=head)
         except _Reply as reply:
@@ -176,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise _Reply(401, "Invalid credentials in Authorization header")
         if path == "/api/models":
             return self._search(query, head=head)
+        if match := _TREE.match(path):
+            return self._tree(match["repo"], unquote(match["rev"]), token, head=head)
         if match := _INFO.match(path):
             return self._info(match["repo"], match["rev"], query, token, head=head)
         if match := _RESOLVE.match(path):
@@ -222,6 +239,23 @@ class _Handler(BaseHTTPRequestHandler):
         body = repo.api_info(sha=sha, blobs=blobs, expand=query.get("expand", []))
         self._json(200, body, {}, head=head)
 
+    def _tree(self, repo_id: str, revision: str, token: str | None, *, head: bool) -> None:
+        """The file listing snapshot_download walks (recursive, one page)."""
+        repo = self._repo(repo_id, token)
+        self._sha(repo, revision)
+        entries = []
+        for f in repo.files.values():
+            entry: dict[str, Any] = {
+                "type": "file",
+                "path": f.name,
+                "size": f.size,
+                "oid": f.etag[:40],
+            }
+            if f.lfs:
+                entry["lfs"] = {"oid": f.etag, "size": f.size, "pointerSize": 135}
+            entries.append(entry)
+        self._json(200, entries, {}, head=head)
+
     def _resolve(
         self, repo_id: str, revision: str, filename: str, token: str | None, *, head: bool
     ) -> None:
@@ -258,6 +292,8 @@ class _Handler(BaseHTTPRequestHandler):
         range_header = self.headers.get("Range")
         if head:
             self._send(200, b"", headers | {"Content-Length": str(file.size)}, head=True)
+        elif file.whole:
+            self._whole(file, range_header, headers)
         elif range_header:
             self._range(file, range_header, headers)
         elif file.content is not None and len(file.content) == file.size:
@@ -277,6 +313,20 @@ class _Handler(BaseHTTPRequestHandler):
         body = content[start : end + 1].ljust(end - start + 1, b"\0")
         headers = headers | {"Content-Range": f"bytes {start}-{end}/{file.size}"}
         self._send(206, body, headers, head=False)
+
+    def _whole(self, file: RepoFile, range_header: str | None, headers: dict[str, str]) -> None:
+        start, status = 0, 200
+        if range_header:
+            match = _RANGE.match(range_header.strip())
+            if match is None or int(match[1]) >= file.size:
+                raise _Reply(416, f"Range not satisfiable: {range_header}")
+            start, status = int(match[1]), 206
+            headers = headers | {"Content-Range": f"bytes {start}-{file.size - 1}/{file.size}"}
+        self.send_response(status)
+        for key, value in (headers | {"Content-Length": str(file.size - start)}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        streaming.send_file(self, file, start, self.hub.throttle_bps, self.hub.take_cut(file.name))
 
     def _json(self, status: int, body: Any, headers: dict[str, str], *, head: bool) -> None:
         payload = json.dumps(body).encode()

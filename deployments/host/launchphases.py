@@ -1,0 +1,132 @@
+"""The steps of one engine start, kept as rows (``LaunchPhase``) and pushed to the pages.
+
+The launch opens a recorder per start; the download reports its bytes to it, the log shipper
+hands it each batch of the engine's lines (``engines.phases`` reads the step from them), and
+the launch closes it with `ready` once the probe passed (or ends it when the start failed).
+A push per step change, and at most one per PUSH_EVERY_S for a step's progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.db import DatabaseError
+from django.utils import timezone
+
+from deployments import events
+from deployments.host.engines.phases import READY, PhaseTracker
+from deployments.models import Deployment, LaunchPhase, Phase
+
+log = logging.getLogger(__name__)
+PUSH_EVERY_S = 0.5
+
+_open: dict[int, Recorder] = {}
+_lock = threading.Lock()
+
+
+class Recorder:
+    def __init__(self, d: Deployment) -> None:
+        self.pk, self.attempt = d.pk, d.restart_count
+        self.tracker = PhaseTracker()
+        self.row: LaunchPhase | None = None
+        self._pushed_at = 0.0
+        self._lock = threading.Lock()
+
+    def enter(self, phase: str, *, done: int = 0, total: int = 0, **extra: Any) -> None:
+        """Close the step in progress and open `phase` (a no-op if it is the current one)."""
+        with self._lock:
+            if self.row is not None and self.row.phase == phase:
+                return self._progress(done, total, force=True, **extra)
+            now = timezone.now()
+            if self.row is not None and self.row.ended_at is None:
+                LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=now)
+            self.tracker.current = phase
+            self.row, _ = LaunchPhase.objects.update_or_create(
+                deployment_id=self.pk,
+                attempt=self.attempt,
+                phase=phase,
+                defaults={"started_at": now, "ended_at": None, "done": done, "total": total},
+            )
+            self._push(force=True, **extra)
+
+    def progress(self, done: int, total: int, *, force: bool = False, **extra: Any) -> None:
+        with self._lock:
+            self._progress(done, total, force=force, **extra)
+
+    def _progress(self, done: int, total: int, *, force: bool, **extra: Any) -> None:
+        if self.row is None:
+            return
+        self.row.done, self.row.total = done, total
+        if force or time.monotonic() - self._pushed_at >= PUSH_EVERY_S:
+            LaunchPhase.objects.filter(pk=self.row.pk).update(done=done, total=total)
+            self._push(force=True, **extra)
+
+    def feed(self, lines: list[str]) -> None:
+        """Engine output: the step it shows, and a bar's progress. Never fails the shipper."""
+        try:
+            for line in lines:
+                step = self.tracker.feed(line)
+                if step is None:
+                    continue
+                if self.row is None or step.phase != self.row.phase:
+                    self.enter(step.phase, done=step.done, total=step.total)
+                else:
+                    self.progress(step.done, step.total, force=step.done == step.total)
+        except DatabaseError as exc:
+            log.warning("launch steps of deployment %s not recorded: %s", self.pk, exc)
+
+    def end_step(self) -> None:
+        """The current step is over though the next has not begun (the download is done; the
+        engine has yet to say it loads): its time is not the engine's start-up."""
+        with self._lock:
+            if self.row is not None and self.row.ended_at is None:
+                self.row.ended_at = timezone.now()
+                LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=self.row.ended_at)
+
+    def ready(self) -> None:
+        self.enter(READY)
+        self.close()
+
+    def close(self) -> None:
+        """The start ended (ready, failed or stopped): the open step ends now."""
+        with self._lock:
+            if self.row is not None and self.row.ended_at is None:
+                LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=timezone.now())
+                self.row.ended_at = timezone.now()
+        with _lock:
+            if _open.get(self.pk) is self:
+                del _open[self.pk]
+
+    def _push(self, *, force: bool, **extra: Any) -> None:
+        row = self.row
+        if row is None:
+            return
+        self._pushed_at = time.monotonic()
+        payload = {
+            "type": "deployment.progress",
+            "id": self.pk,
+            "phase": row.phase,
+            "phase_label": Phase(row.phase).label,
+            "done": row.done,
+            "total": row.total,
+            **extra,
+        }
+        events.publish_progress(payload, stream=events.progress_key("deployment", self.pk))
+
+
+def open_for(d: Deployment) -> Recorder:
+    """A new recorder for this start of `d` (a restart's replaces the last one's)."""
+    recorder = Recorder(d)
+    if not d.restart_count:
+        events.reset_progress(events.progress_key("deployment", d.pk))
+    with _lock:
+        _open[d.pk] = recorder
+    return recorder
+
+
+def current(pk: int) -> Recorder | None:
+    with _lock:
+        return _open.get(pk)
