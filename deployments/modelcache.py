@@ -219,6 +219,15 @@ def _using(c: CachedModel, active: list[Deployment]) -> list[Deployment]:
     ]
 
 
+def hosts_holding(repo_ids: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per repo id, the hosts holding a whole copy of it: one query for a page of cards."""
+    out: dict[str, set[str]] = {}
+    rows = CachedModel.objects.filter(repo_id__in=repo_ids, complete=True)
+    for repo_id, host in rows.values_list("repo_id", "host__name"):
+        out.setdefault(repo_id, set()).add(host)
+    return {repo_id: tuple(sorted(hosts)) for repo_id, hosts in out.items()}
+
+
 def on_hosts(repo_id: str) -> list[CachedModel]:
     """Where a model is on disk (the Models pages' column)."""
     return list(CachedModel.objects.filter(repo_id=repo_id).select_related("host"))

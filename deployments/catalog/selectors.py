@@ -70,9 +70,11 @@ class CatalogCard:
     likes: str | None
     last_modified: datetime | None
     error: str | None = None
+    # Hosts whose Hub cache holds the whole model (None: not looked up, as for local models)
+    on_hosts: tuple[str, ...] | None = None
 
 
-def hub_card(summary: ModelSummary) -> CatalogCard:
+def hub_card(summary: ModelSummary, on_hosts: tuple[str, ...] = ()) -> CatalogCard:
     return CatalogCard(
         name=summary.repo_id,
         url=f"/models/{summary.repo_id}/",
@@ -85,6 +87,7 @@ def hub_card(summary: ModelSummary) -> CatalogCard:
         downloads=human_count(summary.downloads),
         likes=human_count(summary.likes),
         last_modified=summary.last_modified,
+        on_hosts=on_hosts,
     )
 
 

@@ -152,7 +152,9 @@ def _search_context(request: HttpRequest) -> dict[str, Any]:
     except HubError as exc:
         context["hub_error"] = exc.message
         return context
-    context.update(page=page, cards=[sel.hub_card(s) for s in page.items])
+    where = modelcache.hosts_holding([s.repo_id for s in page.items])
+    cards = [sel.hub_card(s, where.get(s.repo_id, ())) for s in page.items]
+    context.update(page=page, cards=cards)
     context.update(prev_query=_page_query(request, page.page - 1))
     context.update(next_query=_page_query(request, page.page + 1))
     return context

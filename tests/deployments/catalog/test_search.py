@@ -7,7 +7,9 @@ from typing import Any
 
 from django.test import Client
 
+from deployments.models import CachedModel
 from tests.support.catalog import QWEN, login_client
+from tests.support.hosts import sim_host
 from tests.support.hubstub import HubStub
 
 CARD = re.compile(r'<article class="model-card" data-model="([^"]+)"')
@@ -125,3 +127,18 @@ def test_bad_filter_is_a_message(client: Client, viewer: Any, hub: HubStub) -> N
 def test_anonymous_goes_to_login(client: Client, hub: HubStub) -> None:
     response = client.get("/models/")
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+
+
+def test_cards_say_which_hosts_hold_the_model(client: Client, viewer: Any, hub: HubStub) -> None:
+    for name, complete in (("gpu-b", True), ("gpu-a", True), ("gpu-c", False)):
+        CachedModel.objects.create(
+            host=sim_host(name, 1), repo_id="microsoft/phi-2", commit="c" * 40, complete=complete
+        )
+    login_client(client, viewer)
+    html = client.get("/models/", {"license": "mit"}).content.decode()
+    card = html.split('data-model="microsoft/phi-2"')[1].split("</article>")[0]
+    # whole copies only, in name order; a partial download does not count
+    assert '<dd data-field="on-hosts">gpu-a, gpu-b</dd>' in card
+    html = client.get("/models/", {"quantization": "awq"}).content.decode()
+    card = html.split('data-model="Qwen/Qwen2.5-7B-Instruct-AWQ"')[1].split("</article>")[0]
+    assert "none yet" in card
