@@ -279,7 +279,7 @@ def _moe(cfg: Mapping[str, Any], layers: int) -> tuple[MoeSpec | None, tuple[boo
     shared = shared or int(cfg.get("shared_expert_intermediate_size") or 0)
     moe = MoeSpec(
         num_experts=experts,
-        experts_per_token=cf.int_field(cfg, "num_experts_per_tok", "moe_topk", default=2),
+        experts_per_token=cf.experts_per_token(cfg),
         expert_intermediate_size=inter,
         shared_intermediate_size=shared,
         shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")),
