@@ -2,24 +2,18 @@
 resolved weight format, the checkpoint's KV dtype reaching the KV rules, Llama 4's vision tower
 (vLLM 0.33 models/mllama4.py) and Gemma 4's top_k_experts."""
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from deployments.planning import ModelSpec, PlanRequest, resolve, with_hf_quant_config
 from deployments.planning.families import model_family
 from deployments.planning.formatnotes import format_notes
+from tests.support.planning import fixture_config as raw
 
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 GIB = 1 << 30
 H100 = int(79.19 * GIB)
 NVFP4_235B = "nvidia--Qwen3-235B-A22B-NVFP4"
-
-
-def raw(name: str) -> dict:
-    return json.loads((CONFIGS / f"{name}.json").read_text())
 
 
 def nvfp4_235b(algo: str = "NVFP4") -> ModelSpec:
