@@ -6,7 +6,13 @@ from dataclasses import replace
 
 import pytest
 
-from deployments.planning import ModelSpec, PlanRequest, resolve, with_hf_quant_config
+from deployments.planning import (
+    ModelSpec,
+    PlanRequest,
+    estimate_layout,
+    resolve,
+    with_hf_quant_config,
+)
 from deployments.planning.families import model_family
 from deployments.planning.formatnotes import format_notes
 from tests.support.planning import fixture_config as raw
@@ -121,3 +127,23 @@ def test_llama4_scout_vision_tower_as_mllama4_builds_it():
 def test_experts_per_token(name, experts, per_token):
     moe = ModelSpec.from_config(raw(name)).moe
     assert (moe.num_experts, moe.experts_per_token) == (experts, per_token)
+
+
+def test_llama4_moe_layers_carry_a_shared_expert():
+    # llama4.py Llama4MoE: LlamaMLP shared_expert of intermediate_size beside the 16 routed ones
+    cfg = raw("meta-llama--Llama-4-Scout-17B-16E-Instruct")
+    spec = ModelSpec.from_config(cfg)
+    assert spec.moe.shared_intermediate_size == 8192
+    assert sum(spec.is_moe(i) for i in range(48)) == 48
+    without = replace(spec, moe=replace(spec.moe, shared_intermediate_size=0))
+    tp4 = {"tp": 4, "pp": 1, "gpu_total_bytes": H100, "gpu_name": "H100"}
+    request = PlanRequest(tensor_parallel_size=4, max_model_len=8192)
+    added = (
+        estimate_layout(spec, request, **tp4).per_gpu[0].weights_bytes
+        - estimate_layout(without, request, **tp4).per_gpu[0].weights_bytes
+    )
+    assert added == 48 * 3 * 5120 * 8192 * 2 // 4  # gate, up, down in bf16, split by TP 4
+    # Maverick-style interleaving: every other layer is MoE
+    every_other = {**cfg, "text_config": {**cfg["text_config"], "interleave_moe_layer_step": 2}}
+    maverick = ModelSpec.from_config(every_other)
+    assert [maverick.is_moe(i) for i in range(4)] == [False, True, False, True]
