@@ -69,6 +69,12 @@ def intermediate(cfg: Mapping[str, Any], hidden: int) -> int:
     return int_field(cfg, *keys, default=4 * hidden)
 
 
+def experts_per_token(cfg: Mapping[str, Any]) -> int:
+    # Gemma 4 (gemma4.py) names it top_k_experts; Hunyuan moe_topk
+    keys = ("num_experts_per_tok", "top_k_experts", "moe_topk")
+    return int_field(cfg, *keys, default=2)
+
+
 def max_len(cfg: Mapping[str, Any]) -> tuple[int, str]:
     found = {k: cfg[k] for k in MAX_LEN_KEYS if isinstance(cfg.get(k), int | float)}
     if not found:

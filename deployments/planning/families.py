@@ -7,7 +7,6 @@ from .layers import STATE_KINDS, Kind
 from .spec import ModelSpec
 
 FAMILIES = ("dense", "MoE", "MLA", "hybrid", "sliding window", "MXFP4/NVFP4", "VLM")
-FP4_METHODS = frozenset({"mxfp4", "gpt_oss_mxfp4", "modelopt", "modelopt_fp4", "nvfp4"})
 
 
 def model_family(spec: ModelSpec) -> str:
@@ -16,7 +15,7 @@ def model_family(spec: ModelSpec) -> str:
     kinds = spec.layer_plan.kinds() if spec.layer_plan is not None else frozenset()
     if kinds & STATE_KINDS:
         return "hybrid"
-    if spec.quant is not None and spec.quant.method.lower() in FP4_METHODS:
+    if spec.quant is not None and spec.quant.fp4:  # the resolved format, not the method's name
         return "MXFP4/NVFP4"
     if spec.vision_parameters:
         return "VLM"

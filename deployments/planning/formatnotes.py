@@ -8,8 +8,6 @@ from collections.abc import Callable
 
 from .spec import ModelSpec
 
-FP4_METHODS = frozenset({"mxfp4", "modelopt_fp4"})
-
 
 def _quant_note(spec: ModelSpec) -> str:
     q = spec.quant
@@ -18,8 +16,7 @@ def _quant_note(spec: ModelSpec) -> str:
     half = "fp16" if spec.dtype == "float16" else "bf16"
     if q.method == "mxfp4":
         return f"FP4 experts, {half} attention (MXFP4: an 8-bit scale per 32 weights)"
-    fp4 = q.method in FP4_METHODS or (q.weight_bits == 4 and q.tensor_scale_bytes > 0)
-    what = "NVFP4 weights (an fp8 scale per 16)" if fp4 else f"{q.weight_bits}-bit weights"
+    what = "NVFP4 weights (an fp8 scale per 16)" if q.fp4 else f"{q.weight_bits}-bit weights"
     parts = [what if q.attention_quantized else f"{what.split(' (')[0]}, {half} attention"]
     if q.kv_cache_dtype:
         parts.append(f"{q.kv_cache_dtype} KV cache, as the checkpoint asks")

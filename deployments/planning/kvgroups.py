@@ -30,6 +30,7 @@ class KvRules:
     dcp: int = 1  # --decode-context-parallel-size
     state_dtype_bytes: int = 2  # the model dtype, for states that follow it
     ds_mla: bool = False  # --kv-cache-dtype fp8_ds_mla: 656 bytes per latent
+    kv_cache_dtype: str = "auto"  # after the checkpoint's own choice (ModelOpt FP8) is applied
     null_block: bool = True  # the fit check leaves out the block BlockPool holds back
     gdn_checkpoints: bool = True  # FlashInfer GDN prefill (Hopper) exports align checkpoints
 
@@ -61,16 +62,23 @@ def rules_for(
     dcp: int = 1,
     kv_cache_dtype: str = "auto",
     hopper: bool = True,
+    sparse_mla: bool = False,
 ) -> KvRules:
-    """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules."""
+    """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules.
+
+    ``kv_cache_dtype`` is the resolved one (a ModelOpt checkpoint's FP8 under ``auto``). Sparse
+    MLA (DeepSeek-V3.2's indexer) on FlashMLA sparse serves any fp8 cache in the fp8_ds_mla
+    layout (mla_attention.py ``_canonicalize_sparse_mla_kv_cache_dtype``)."""
     new = version >= (0, 33, 0)
+    ds_mla = kv_cache_dtype == "fp8_ds_mla" or (sparse_mla and kv_cache_dtype.startswith("fp8"))
     return KvRules(
         group_ratio=1.5 if new else 1.25,
         extra_in_flight_batches=1 if new else 0,
         mamba_align=new,
         dcp=dcp,
         state_dtype_bytes=dtype_bytes,
-        ds_mla=kv_cache_dtype == "fp8_ds_mla",
+        ds_mla=ds_mla,
+        kv_cache_dtype=kv_cache_dtype,
         null_block=new,
         gdn_checkpoints=new and hopper,
     )

@@ -14,6 +14,18 @@ graphs where the planner predicts 0.3-0.7), so the memory left beyond the budget
 the band plus the predicted pool again. From 0.21 vLLM takes its own estimate of the pool
 from the KV budget; no case checks that estimate, so half the predicted pool widens the
 KV band instead.
+
+The sampler is warmed up once more after the KV cache and the CUDA graphs are allocated
+(gpu_worker.compile_or_warm_up_model: "called after capture_model on purpose"), on
+min(max_num_seqs, max_num_batched_tokens) dummy requests with top-k and top-p set, so it takes
+the sort path of apply_top_k_top_p_pytorch (v1/sample/ops/topk_topp_sampler.py). gpt-oss-20b
+(201,088-token vocabulary, 1,024 requests) at gpu_memory_utilization 0.95 on one H100 ran out
+of memory there with vLLM 0.19 (vllm-memory.md §6) although the profile had fit. No log gives
+that peak, and the public start-ups at 0.95 passed the same warm-up (gemma-2-9b with a 256,000
+vocabulary among them), so what runs out is not the sampler alone; the rule is therefore a
+warning, not part of the prediction, and only for MXFP4 checkpoints, where it was seen: a plan
+is tight when what the GPU keeps beyond the budget and graphs, less the band, cannot hold the
+sort path's working set.
 """
 
 from __future__ import annotations
@@ -32,6 +44,9 @@ FLOOR_BYTES = 256 * MIB
 BUDGET_FRACTION = 0.005
 GRAPHS_IN_BUDGET_SHARE = 0.5  # >= 0.21: vLLM's own graph estimate comes out of the KV cache
 GRAPHS_OUTSIDE_SHARE = 1.0  # < 0.21: the pool above the budget may be twice the prediction
+# per logit beside the model-dtype logits: fp32 copy 4, sorted values 4, int64 sort indices 8,
+# sorted probabilities 4, top-k mask 1 (apply_top_k_top_p_pytorch, vLLM 0.33)
+SAMPLER_SORT_BYTES_PER_LOGIT = 21
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +74,11 @@ def layout_tight(
     """
     if not layout.fits:
         return ()
-    out = (_kv(spec, s, layout, requests), _outside(s, layout.per_gpu))
+    out = (
+        _kv(spec, s, layout, requests),
+        _outside(s, layout.per_gpu),
+        _sampler_warmup(spec, s, layout),
+    )
     return tuple(r for r in out if r)
 
 
@@ -113,6 +132,34 @@ def _outside(s: Settings, per_gpu: tuple[GpuMemory, ...]) -> str:
         f"after the {gib(mem.budget_bytes):.2f} GiB budget and {gib(mem.cuda_graph_bytes):.2f} "
         f"GiB of CUDA graphs, which vLLM {s.profile.label} captures outside "
         f"gpu_memory_utilization; the planner's margin is {gib(b.outside_bytes):.2f} GiB"
+    )
+
+
+def sampler_warmup_bytes(spec: ModelSpec, s: Settings) -> int:
+    """The sampler warm-up's working set on the last pipeline stage (see the module note)."""
+    reqs = min(s.max_num_seqs, s.max_num_batched_tokens)
+    return reqs * spec.vocab_size * (s.dtype_bytes + SAMPLER_SORT_BYTES_PER_LOGIT)
+
+
+def _sampler_warmup(spec: ModelSpec, s: Settings, layout: LayoutMemory) -> str:
+    if s.quant is None or s.quant.method != "mxfp4":
+        return ""
+    tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
+    last = layout.per_gpu[(pp - 1) * tp : pp * tp]
+    if not last:
+        return ""
+    mem = min(last, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
+    room = mem.free_bytes - band(s.profile, mem).outside_bytes
+    need = sampler_warmup_bytes(spec, s)
+    if room >= need:
+        return ""
+    reqs = min(s.max_num_seqs, s.max_num_batched_tokens)
+    return (
+        f"vLLM warms the sampler up on {reqs:,} dummy requests after allocating the KV cache: "
+        f"about {gib(need):.2f} GiB ({reqs:,} × {spec.vocab_size:,} logits, top-k/top-p sort) "
+        f"where {gib(mem.free_bytes):.2f} GiB are left beyond the budget and CUDA graphs, less "
+        f"the planner's margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB; it may run "
+        "out of memory there (lower max_num_seqs or gpu_memory_utilization)"
     )
 
 

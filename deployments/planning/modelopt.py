@@ -36,7 +36,7 @@ def _algo(algo: str, cfg: Mapping[str, Any]) -> QuantSpec:
     if algo in ("NVFP4", "W4A16_NVFP4"):
         group = int(cfg.get("group_size") or NVFP4_GROUP)
         # uint8 pairs of fp4, an fp8 scale per group, fp32 weight_scale_2 and input_scale
-        return QuantSpec("modelopt_fp4", 4, group, 1, 0, tensor_scale_bytes=8)
+        return QuantSpec("modelopt_fp4", 4, group, 1, 0, tensor_scale_bytes=8, float_weights=True)
     if algo == "FP8":
         return QuantSpec("modelopt", 8, 0, 4, 0, tensor_scale_bytes=4)
     if algo == "FP8_PER_CHANNEL_PER_TOKEN":
@@ -53,6 +53,7 @@ def _algo(algo: str, cfg: Mapping[str, Any]) -> QuantSpec:
         1,
         0,
         tensor_scale_bytes=8,
+        float_weights=True,
         warning=(
             f"ModelOpt quant_algo {what} is not sized layer by layer: every quantized weight "
             "is estimated as NVFP4 (4 bits and an fp8 scale per 16 weights)"

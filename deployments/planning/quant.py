@@ -29,7 +29,9 @@ def from_config(qc: Mapping[str, Any]) -> QuantSpec:
     if method == "bitsandbytes":
         return _bitsandbytes(qc)
     if method in ("mxfp4", "gpt_oss_mxfp4"):
-        return QuantSpec("mxfp4", 4, 32, 1, 0, experts_only=True, attention_quantized=False)
+        return QuantSpec(
+            "mxfp4", 4, 32, 1, 0, experts_only=True, attention_quantized=False, float_weights=True
+        )
     return unknown(method or "(none given)", qc)
 
 
@@ -126,7 +128,9 @@ def _compressed_tensors(qc: Mapping[str, Any]) -> QuantSpec:
     zero = 0 if weights.get("symmetric", True) else bits
     if weights.get("type") == "float" and bits == 4:
         # nvfp4: an fp8 scale per 16 weights plus the fp32 global weight and input scales
-        return QuantSpec("compressed-tensors", 4, group, 1, 0, tensor_scale_bytes=8)
+        return QuantSpec(
+            "compressed-tensors", 4, group, 1, 0, tensor_scale_bytes=8, float_weights=True
+        )
     scale = 4 if weights.get("type") == "float" else 2
     return QuantSpec("compressed-tensors", bits, group, scale, zero, block=_pair(block))
 

@@ -19,7 +19,14 @@ class QuantSpec:
     tensor_scale_bytes: int = 0  # per-tensor fp32 scales (modelopt weight_scale_2, input_scale)
     attention_quantized: bool = True  # False: the checkpoint keeps attention in 16 bits
     kv_cache_dtype: str = ""  # KV dtype the checkpoint asks for when --kv-cache-dtype is auto
+    float_weights: bool = False  # fp4/fp8 element format (MXFP4, NVFP4), not integers (AWQ, NF4)
     warning: str = ""  # set when the method is unknown and the bytes are a best estimate
+
+    @property
+    def fp4(self) -> bool:
+        """4-bit floating-point weights (MXFP4, NVFP4 from ModelOpt or compressed-tensors),
+        whatever the method is called: a ModelOpt FP8 checkpoint is not FP4, an int4 one neither."""
+        return self.float_weights and self.weight_bits == 4
 
     def linear_bytes(self, in_features: int, out_features: int) -> int:
         """Bytes of a quantized ``in_features × out_features`` weight with its scales/zeros."""

@@ -130,10 +130,16 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
             profile.version,
             dtype_bytes=dtype_bytes(dtype),
             dcp=req.decode_context_parallel_size or 1,
-            kv_cache_dtype=req.kv_cache_dtype,
+            kv_cache_dtype=kv_dtype,
             hopper=is_hopper(gpu_name, gpu_total_bytes),
+            sparse_mla=_sparse_mla(spec),
         ),
     )
+
+
+def _sparse_mla(spec: ModelSpec) -> bool:
+    plan = spec.layer_plan
+    return plan is not None and any(c.indexer_bytes for caches in plan.caches for c in caches)
 
 
 def _model_dtype(spec: ModelSpec, requested: str) -> str:

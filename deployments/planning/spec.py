@@ -277,9 +277,11 @@ def _moe(cfg: Mapping[str, Any], layers: int) -> tuple[MoeSpec | None, tuple[boo
     shared_inter = int(cfg.get("moe_shared_expert_intermediate_size") or inter)  # Nemotron-H
     shared = int(cfg.get("n_shared_experts") or 0) * shared_inter
     shared = shared or int(cfg.get("shared_expert_intermediate_size") or 0)
+    if cfg.get("model_type") == "llama4_text":
+        shared = inter  # llama4.py Llama4MoE: one shared expert of intermediate_size per MoE layer
     moe = MoeSpec(
         num_experts=experts,
-        experts_per_token=cf.int_field(cfg, "num_experts_per_tok", "moe_topk", default=2),
+        experts_per_token=cf.experts_per_token(cfg),
         expert_intermediate_size=inter,
         shared_intermediate_size=shared,
         shared_expert_gate=bool(cfg.get("shared_expert_intermediate_size")),
@@ -293,6 +295,9 @@ def _is_moe_layer(cfg: Mapping[str, Any], i: int) -> bool:
         return i >= int(cfg["first_k_dense_replace"]) and i % int(cfg.get("moe_layer_freq", 1)) == 0
     if i in (cfg.get("mlp_only_layers") or ()):
         return False
+    if "interleave_moe_layer_step" in cfg:  # Llama 4 (Maverick: every other layer)
+        step = int(cfg["interleave_moe_layer_step"])
+        return step > 0 and (i + 1) % step == 0
     return (i + 1) % int(cfg.get("decoder_sparse_step", 1) or 1) == 0
 
 

@@ -17,6 +17,8 @@ def vision_parameters(config: Mapping[str, Any], text_hidden: int) -> int:
         return _qwen_vl(vc)
     if vc.get("model_type") == "gemma4_vision":
         return _gemma4(vc, text_hidden)
+    if vc.get("model_type") == "llama4_vision_model":
+        return _llama4(vc, text_hidden)
     return _generic_vit(vc, text_hidden)
 
 
@@ -65,6 +67,33 @@ def _gemma4(vc: Mapping[str, Any], text_hidden: int) -> int:
     positions = 2 * int(vc.get("position_embedding_size") or 0) * hidden
     block = 4 * hidden * hidden + 3 * hidden * inter + 2 * head_dim + 4 * hidden
     return positions + 3 * patch * patch * hidden + layers * block + hidden * text_hidden
+
+
+def _llama4(vc: Mapping[str, Any], text_hidden: int) -> int:
+    """Llama 4 (models/mllama4.py): Llama4UnfoldConvolution's bias-free patch linear, a class
+    embedding and (patches + 1) learned positions, pre/post LayerNorms; per layer biased QKV and
+    o_proj, a biased GELU fc1/fc2 MLP and two LayerNorms; Llama4VisionPixelShuffleMLP
+    (intermediate_size -> projector_input_dim -> projector_output_dim, bias per
+    multi_modal_projector_bias) and Llama4MultiModalProjector (vision_output_dim -> text hidden,
+    no bias)."""
+    hidden, inter = (
+        int(vc["hidden_size"]),
+        int(vc.get("intermediate_size") or 4 * vc["hidden_size"]),
+    )
+    layers, patch = int(vc.get("num_hidden_layers") or 0), int(vc.get("patch_size") or 14)
+    channels, image = int(vc.get("num_channels") or 3), int(vc.get("image_size") or 448)
+    embed = channels * patch * patch * hidden + hidden + ((image // patch) ** 2 + 1) * hidden
+    embed += 4 * hidden  # layernorm_pre, layernorm_post
+    block = 4 * hidden * hidden + 4 * hidden + 2 * hidden * inter + inter + hidden + 4 * hidden
+    proj_in, proj_out = (
+        int(vc.get("projector_input_dim") or 4096),
+        int(vc.get("projector_output_dim") or 4096),
+    )
+    adapter = inter * proj_in + proj_in * proj_out
+    if vc.get("multi_modal_projector_bias"):
+        adapter += proj_in + proj_out
+    projector = int(vc.get("vision_output_dim") or proj_out) * text_hidden
+    return embed + layers * block + adapter + projector
 
 
 def _qwen_vl(vc: Mapping[str, Any]) -> int:

@@ -37,7 +37,7 @@ KINDS = [
     (GPT_OSS_20B, {Kind.FULL: 12, Kind.SLIDING: 12}, "MXFP4/NVFP4"),
     (GPT_OSS_120B, {Kind.FULL: 18, Kind.SLIDING: 18}, "MXFP4/NVFP4"),
     (GEMMA4, {Kind.FULL: 5, Kind.SLIDING: 25}, "VLM"),
-    (SCOUT, {Kind.FULL: 12, Kind.CHUNKED: 36}, "sliding window"),
+    (SCOUT, {Kind.FULL: 12, Kind.CHUNKED: 36}, "VLM"),  # vision tower outranks chunks
     (DEEPSEEK_V3, {Kind.MLA: 61}, "MLA"),
     (DEEPSEEK_V32, {Kind.MLA: 61}, "MLA"),
     (KIMI_K2, {Kind.MLA: 61}, "MLA"),

@@ -18,7 +18,7 @@ from deployments.planning import (
     resolve,
 )
 from deployments.planning.margin import band
-from tests.support.planning import CASES, LLAMA_8B, case_config
+from tests.support.planning import CASES, LLAMA_8B, case_config, fixture_config
 
 GIB = 2**30
 MIB = 2**20
@@ -156,3 +156,39 @@ def test_a_tight_replica_counts_only_when_the_request_needs_it():
     assert two.tight_reasons[0].startswith(
         "replica 2: needs 1.00 GiB of KV cache for one 8,192-token request; predicted 1.27 ±"
     )
+
+
+GPT_OSS_20B = ModelSpec.from_config(fixture_config("openai--gpt-oss-20b_config"))
+
+
+# gpt-oss-20b on one H100 ran out of memory warming the sampler up after sizing the KV cache at
+# gpu_memory_utilization 0.95 with vLLM 0.19 (vllm-memory.md §6); at 0.9 it started (TP 2).
+@pytest.mark.parametrize(
+    ("tp", "gmu", "version", "tight"),
+    [
+        (1, 0.95, "0.19.0", True),
+        (1, 0.9, "0.19.0", False),
+        (2, 0.9, "0.19.0", False),
+        (2, 0.95, "0.19.0", True),
+        (1, 0.95, "0.33.0", True),
+        (1, 0.92, "0.33.0", False),
+    ],
+)
+def test_mxfp4_sampler_warmup_after_the_kv_cache_is_a_tight_fit(tp, gmu, version, tight):
+    asked = PlanRequest(
+        tensor_parallel_size=tp,
+        max_model_len=8192,
+        gpu_memory_utilization=gmu,
+        vllm_version=version,
+    )
+    first = plan(GPT_OSS_20B, parse_gpus("1x79.19GiB" if tp == 1 else "2x79.19GiB"), asked)
+    layout = first.plans[0]
+    assert layout.fits and layout.tensor_parallel_size == tp
+    reasons = [r for r in layout.tight_reasons if "warms the sampler up" in r]
+    assert bool(reasons) is tight, layout.tight_reasons
+    if tight:
+        assert re.match(
+            r"vLLM warms the sampler up on 1,024 dummy requests after allocating the KV cache: "
+            r"about 4\.41 GiB \(1,024 × 201,088 logits",
+            reasons[0],
+        )
