@@ -136,7 +136,7 @@ def test_a_launch_for_a_team_is_checked_and_audited_alike(
 
 
 def test_further_hosts_are_checked_as_the_form_checks_them(clients: tuple[Client, Client]) -> None:
-    ui, api = clients
+    _ui, api = clients
     before = AuditEvent.objects.count()
     body = {**FORM, "name": "span", "engine": "vllm", "hosts": [HOST]}
     r = api.post("/api/v1/deployments", body, content_type="application/json")
