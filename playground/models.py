@@ -33,6 +33,13 @@ class ApiToken(models.Model):
     # tokens, as the playground's still are: "infer".
     scopes = models.CharField(max_length=64, default=Scope.INFER.value)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="blank: never")
+    # Blank: the global setting (GATEWAY_RPM_PER_TOKEN, GATEWAY_TOKENS_PER_DAY_PER_TOKEN).
+    rpm_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="requests per minute on /v1/; blank: the global setting"
+    )
+    tokens_per_day_limit = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="tokens per UTC day on /v1/; blank: the global setting"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

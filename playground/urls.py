@@ -19,5 +19,6 @@ urlpatterns = [
     ),
     path("tokens/", views.tokens_index, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.tokens_revoke, name="tokens-revoke"),
+    path("tokens/<int:token_id>/limits/", views.tokens_limits, name="tokens-limits"),
     *gateway_urlpatterns,
 ]

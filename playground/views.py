@@ -13,7 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
-from playground import selectors, services
+from playground import selectors, services, token_limits
 from playground.gateway import targets
 from playground.token_forms import TokenForm
 
@@ -90,10 +90,13 @@ def tokens_index(request: HttpRequest) -> HttpResponse:
             request.session[NEW_TOKEN_SESSION_KEY] = {"name": token.name, "raw": raw}
             return redirect("tokens")
     shown = request.session.pop(NEW_TOKEN_SESSION_KEY, None) if request.method == "GET" else None
+    shown_tokens = list(selectors.tokens_page(user=request.user))
     context = {
         "form": form,
         "created": shown,
-        "tokens": selectors.tokens_page(user=request.user),
+        "tokens": shown_tokens,
+        "rows": [(t, token_limits.effective(t)) for t in shown_tokens],
+        "ceilings": token_limits.ceilings(),
         "api_base": request.build_absolute_uri("/api/v1/"),
     }
     return render(request, "playground/tokens.html", context, status=400 if form.errors else 200)
@@ -106,6 +109,32 @@ def tokens_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
         messages.success(request, "Token revoked: it is refused from now on.")
     else:
         messages.error(request, "No such active token of yours.")
+    return redirect("tokens")
+
+
+@role_required(Role.VIEWER)
+@require_POST
+def tokens_limits(request: HttpRequest, token_id: int) -> HttpResponse:
+    """A token's own /v1/ limits, from the Tokens page (blank: the global setting)."""
+    try:
+        token = token_limits.limits_set(
+            user=request.user,
+            token_id=token_id,
+            rpm_limit=token_limits.parse(request.POST.get("rpm_limit"), "rpm_limit"),
+            tokens_per_day_limit=token_limits.parse(
+                request.POST.get("tokens_per_day_limit"), "tokens_per_day_limit"
+            ),
+            request=request,
+        )
+    except token_limits.LimitError as exc:
+        messages.error(request, str(exc))
+    else:
+        shown = token_limits.effective(token)
+        messages.success(
+            request,
+            f"Limits of {token.name}: {shown['rpm_limit']} requests per minute, "
+            f"{shown['tokens_per_day_limit']} tokens per day.",
+        )
     return redirect("tokens")
 
 

@@ -22,6 +22,8 @@ from teams import hours, quota
 from teams.models import Team
 
 NO_TEAM = "(no team)"
+DAYS_DEFAULT = 30  # the window the Usage page and the API show
+DAYS_MAX = 92
 Series = dict[str, dict[str, float]]  # name → ISO day → amount
 
 

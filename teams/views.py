@@ -10,8 +10,7 @@ from controlpanel.roles import Role, role_required
 from teams import usage
 from teams.models import Team
 
-DAYS_DEFAULT = 30
-DAYS_MAX = 92
+DAYS_DEFAULT, DAYS_MAX = usage.DAYS_DEFAULT, usage.DAYS_MAX
 
 
 def _days(raw: str | None) -> tuple[int, str]:

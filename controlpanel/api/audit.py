@@ -1,79 +1,56 @@
-"""The audit trail (audit scope, admin role) and usage (read scope) through the API."""
+"""The audit trail (audit scope, admin role) and usage (read scope, the Usage page's role)
+through the API."""
 
-from collections import defaultdict
-from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q
 from django.http import HttpRequest
 from django.utils import timezone
 from ninja import Field, Query, Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
 
-from controlpanel.api.auth import AUDIT, READ
-from controlpanel.api.schemas import REFUSALS, AuditOut, AuditQuery, UsageOut
+from controlpanel.api.auth import AUDIT, USAGE, ApiError
+from controlpanel.api.schemas import REFUSALS, AuditPageOut, AuditQuery, UsageOut
+from controlpanel.auditchain.records import record_of
 from controlpanel.selectors import AuditFilters, audit_events
-from deployments.models import GpuLease
+from teams import usage as team_usage
+from teams.membership import team_names
+from teams.usage import DAYS_DEFAULT, DAYS_MAX
 
 router = Router(tags=["audit and usage"])
 PAGE_MAX = 500
-OFFSET_MAX = 10**9  # past it the database's own limit (a bigint) would answer with a 500
+AFTER_MAX = 2**63 - 1  # the id column's own limit: past it the database would answer a 500
 
 
-class AuditPages(LimitOffsetPagination):
-    class Input(Schema):
-        limit: int = Field(100, ge=1, le=PAGE_MAX)
-        offset: int = Field(0, ge=0, le=OFFSET_MAX)
-
-
-USAGE_DAYS = 30
+class AuditPageQuery(AuditQuery):
+    after_id: int = Field(0, ge=0, le=AFTER_MAX, description="rows with a greater id")
+    limit: int = Field(100, ge=1, le=PAGE_MAX)
 
 
 class UsageQuery(Schema):
-    days: int = Field(USAGE_DAYS, ge=1, le=366, description="the last this many days")
+    days: int = Field(DAYS_DEFAULT, ge=1, le=DAYS_MAX, description="the last this many UTC days")
+    team: str = Field("", max_length=63, description="one team's GPU-hours and quota; blank: all")
 
 
-@router.get(
-    "/audit",
-    response={200: list[AuditOut], **REFUSALS},
-    auth=AUDIT,
-)
-@paginate(AuditPages, max_limit=PAGE_MAX)
-def audit_list(request: HttpRequest, filters: Query[AuditQuery]) -> Any:
-    """Audit rows, newest first, filtered as the audit page filters; paged by limit/offset."""
-    return audit_events(AuditFilters(**filters.dict()))
+@router.get("/audit", response={200: AuditPageOut, **REFUSALS}, auth=AUDIT)
+def audit_list(request: HttpRequest, query: Query[AuditPageQuery]) -> dict[str, Any]:
+    """Audit rows, oldest first, filtered as the audit page filters; keyset pages (as the
+    export): pass the answer's next_after_id as after_id. Each row carries seq, prev_hash
+    and row_hash so a client can check the chain."""
+    filters = query.dict()
+    after, limit = filters.pop("after_id"), filters.pop("limit")
+    rows = audit_events(AuditFilters(**filters)).filter(id__gt=after).order_by("id")
+    page = list(rows[: limit + 1])
+    items = [{**record_of(row), "actor": row.actor_name} for row in page[:limit]]
+    return {"items": items, "next_after_id": page[limit - 1].pk if len(page) > limit else None}
 
 
-@router.get("/usage", response={200: UsageOut, **REFUSALS}, auth=READ)
+@router.get("/usage", response={200: UsageOut, **REFUSALS}, auth=USAGE)
 def usage(request: HttpRequest, query: Query[UsageQuery]) -> dict[str, Any]:
-    """GPU-hours held by leases over the last `days` days (1 to 366), by user and by
-    deployment, derived from the lease rows (so right after restarts)."""
-    until = timezone.now()
-    return lease_gpu_hours(since=until - timedelta(days=query.days), until=until)
-
-
-def lease_gpu_hours(*, since: datetime, until: datetime) -> dict[str, Any]:
-    leases = GpuLease.objects.filter(created_at__lt=until).filter(
-        Q(released_at__isnull=True) | Q(released_at__gt=since)
-    )
-    by_user: dict[str, float] = defaultdict(float)
-    by_deployment: dict[str, float] = defaultdict(float)
-    rows = leases.values_list(
-        "created_at", "released_at", "deployment__name", "deployment__created_by__username"
-    )
-    for start, end, name, user in rows:
-        held = (min(end or until, until) - max(start, since)).total_seconds() / 3600
-        by_user[user or "-"] += held
-        by_deployment[name] += held
-    return {
-        "since": since,
-        "until": until,
-        "gpu_hours": round(sum(by_user.values()), 4),
-        "by_user": _rows(by_user),
-        "by_deployment": _rows(by_deployment),
-    }
-
-
-def _rows(totals: dict[str, float]) -> list[dict[str, Any]]:
-    ordered = sorted(totals.items(), key=lambda kv: -kv[1])
-    return [{"key": k, "gpu_hours": round(v, 4)} for k, v in ordered]
+    """The Usage page's figures: GPU-hours by team and user per day (from the lease rows),
+    gateway tokens by token and deployment (from the audit rows), each team's quota and its
+    use now."""
+    team = query.team.strip()
+    if team and team not in (known := team_names()):
+        raise ApiError(
+            422, f"query.team: there is no team {team!r}; teams: {', '.join(known) or 'none'}"
+        )
+    return team_usage.summary(now=timezone.now(), days=query.days, team=team)

@@ -82,3 +82,4 @@ def principal(request: HttpRequest) -> Principal:
 READ = access(Scope.READ, Role.VIEWER)
 DEPLOY = access(Scope.DEPLOY, Role.OPERATOR)
 AUDIT = access(Scope.AUDIT, Role.ADMIN)
+USAGE = access(Scope.READ, Role.OPERATOR)  # as the Usage page

@@ -19,17 +19,18 @@ from deployments import replicas
 from deployments.catalog.selectors import session_hub_token
 from deployments.lifecycle import scaling, selectors, services
 from deployments.lifecycle.forms import LaunchForm
-from deployments.models import Deployment
+from deployments.models import Deployment, RayNode
+from teams import membership
 
 router = Router(tags=["deployments"])
 
 
 @router.get("/deployments", response={200: list[DeploymentOut], **REFUSALS}, auth=READ)
 def deployment_list(
-    request: HttpRequest, status: str = "", host: str = "", owner: str = ""
+    request: HttpRequest, status: str = "", host: str = "", owner: str = "", team: str = ""
 ) -> list[dict[str, Any]]:
     """Every deployment (its replicas folded in), filtered as the list page filters."""
-    filters = selectors.ListFilters(status=status, host=host, owner=owner.strip())
+    filters = selectors.ListFilters(status=status, host=host, owner=owner.strip(), team=team)
     return [deployment_out(row.d) for row in selectors.deployment_rows(filters)]
 
 
@@ -47,12 +48,19 @@ def deployment_get(request: HttpRequest, pk: int) -> dict[str, Any]:
 )
 def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> Status[dict[str, Any]]:
     """Plan again on the host, lease the GPUs and launch, as the launch form does."""
-    form = LaunchForm(_form_data(body))
+    user = principal(request).user
+    teams = membership.launchable_team_names(user)
+    if body.team and body.team not in teams:
+        try:  # its own words: an unknown team, or another team's (which needs the admin role)
+            membership.launch_team(user, body.team)
+        except membership.TeamError as exc:
+            raise ApiError(422, f"body.team: {exc}") from exc
+    form = LaunchForm(_form_data(body), teams=teams)
     if not form.is_valid():
         field, errors = next(iter(form.errors.items()))
         raise ApiError(422, f"body.{field}: {errors[0]}")
     first = services.deployment_create(
-        user=principal(request).user,
+        user=user,
         request=form.launch_request(),
         http_request=request,
         hub_token=session_hub_token(request.session),
@@ -98,8 +106,8 @@ def _first(pk: int) -> Deployment:
 
 
 def _loaded() -> QuerySet[Deployment]:
-    return Deployment.objects.select_related("host", "created_by").prefetch_related(
-        "leases__gpu", "replicas__leases__gpu"
+    return Deployment.objects.select_related("host", "created_by", "team").prefetch_related(
+        "leases__gpu", "replicas__leases__gpu", "ray_nodes__host"
     )
 
 
@@ -109,6 +117,14 @@ def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
     data["replicas"] = str(data["replicas"])
     data["auto_restart"] = {True: "on", False: "off"}.get(data["auto_restart"], "")
     return {k: "" if v is None else v for k, v in data.items()}
+
+
+def _hosts(first: Deployment) -> list[str]:
+    """The engine's host, then the further hosts its Ray workers run on (prefetched)."""
+    workers = sorted(
+        (n for n in first.ray_nodes.all() if n.role == RayNode.Role.WORKER), key=lambda n: n.pk
+    )
+    return list(dict.fromkeys([first.host.name, *(n.host.name for n in workers)]))
 
 
 def deployment_out(first: Deployment) -> dict[str, Any]:
@@ -124,6 +140,8 @@ def deployment_out(first: Deployment) -> dict[str, Any]:
         "revision": first.revision,
         "engine": first.engine,
         "host": first.host.name,
+        "hosts": _hosts(first),
+        "team": first.team.name if first.team else None,
         "status": state.status,
         "replicas_running": state.running,
         "replicas": [

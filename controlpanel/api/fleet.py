@@ -77,13 +77,15 @@ def _gpus(rows: Any) -> list[dict[str, Any]]:
     auth=READ,
 )
 def plan(request: HttpRequest, query: Query[PlanQuery]) -> dict[str, Any]:
-    """How a model would be split over a host's GPUs (or what-if GPUs): the plan panel's
-    answer. `ok` false: no layout fits, and `error` says why."""
-    form = PlanForm({k: "" if v is None else v for k, v in query.dict().items()})
+    """How a model would be split over a host's GPUs, several hosts (target=fleet, or
+    target=picked with hosts=a&hosts=b) or what-if GPUs: the plan panel's answer. `ok` false: no layout fits, and `error` says why."""
+    data = query.dict()
+    hosts = data.pop("hosts")
+    form = PlanForm({k: "" if v is None else v for k, v in data.items()})
     if not form.is_valid():
         raise ApiError(422, f"query.{form.first_error()}")
     try:
-        payload, _ = form.plan(request.session)
+        payload, _ = form.plan(request.session, hosts)
     except HubError as exc:
         raise ApiError(hub_status(exc), exc.message) from exc
     except (ModelSourceError, planning.PlanningError) as exc:

@@ -32,7 +32,12 @@ class DeploymentOut(Schema):
     model: str
     revision: str
     engine: str
-    host: str
+    host: str = Field(description="the host that runs the engine (the first stage's)")
+    hosts: list[str] = Field(
+        description="every host its first replica spans, the engine's first (one, unless it "
+        "spans hosts on Ray)"
+    )
+    team: str | None = Field(description="the team it belongs to; null: launched by no team")
     status: str = Field(description="the state of all its replicas (running, degraded, …)")
     replicas_running: int
     replicas: list[ReplicaOut]
@@ -61,6 +66,14 @@ class DeploymentCreateIn(Schema):
     replicas: int | Literal["max"] = Field(1, description=f"1 to {MAX_REPLICAS}, or max")
     placement: Literal["spread", "packed"] = "spread"
     auto_restart: bool | None = Field(None, description="null: the server's default")
+    hosts: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="further hosts one replica spans (pipeline stages across them, vLLM on Ray)",
+    )
+    team: str | None = Field(
+        None, max_length=63, description="the team it is for; null: your only team"
+    )
 
 
 class ScaleIn(Schema):
@@ -89,7 +102,15 @@ class HostOut(Schema):
 class PlanQuery(Schema):
     ref: str = Field(max_length=300, description="a Hub id or local:<root>/<path>")
     revision: str = Field("", max_length=100)
-    target: str = Field("", max_length=100, description="a host name; blank: what-if GPUs")
+    target: str = Field(
+        "",
+        max_length=100,
+        description="a host name; fleet: every online host; picked: the hosts in `hosts`; "
+        "blank or whatif: what-if GPUs",
+    )
+    hosts: list[str] = Field(
+        default_factory=list, max_length=64, description="with target=picked: the hosts"
+    )
     gpus: str = Field("", max_length=60, description="what-if GPUs, such as 4x80GiB@nvlink")
     max_model_len: int | None = Field(None, ge=1)
     max_num_seqs: int | None = Field(None, ge=1)
@@ -116,28 +137,54 @@ class AuditQuery(Schema):
 
 
 class AuditOut(Schema):
+    """A row with what its hash covers (controlpanel.auditchain.canonical.row_hash), so a
+    client can check the chain: each row's prev_hash is the row_hash of the row before it."""
+
     id: int
-    created_at: datetime
+    seq: int | None = Field(description="its place in the hash chain")
+    created_at: str = Field(description="UTC, to the microsecond, as hashed")
     actor: str
+    actor_id: int | None
+    actor_name: str
     action: str
     target_type: str
     target_id: str
     detail: dict[str, Any]
     client_ip: str | None
-
-    @staticmethod
-    def resolve_actor(event: Any) -> str:
-        return str(event.actor_name)
+    prev_hash: str
+    row_hash: str
 
 
-class UsageRow(Schema):
-    key: str
-    gpu_hours: float
+class AuditPageOut(Schema):
+    items: list[AuditOut] = Field(description="oldest first")
+    next_after_id: int | None = Field(
+        description="pass as after_id for the next page; null: this was the last"
+    )
+
+
+Series = dict[str, dict[str, float]]
+
+
+class QuotaOut(Schema):
+    team: str
+    gpus_held: int
+    max_gpus: int | None
+    gpu_hours_month: float
+    gpu_hours_per_month: float | None
+    stop_over_monthly: bool
+    flagged: list[str] = Field(description="its live deployments past the monthly limit")
 
 
 class UsageOut(Schema):
-    since: datetime
-    until: datetime
-    gpu_hours: float
-    by_user: list[UsageRow]
-    by_deployment: list[UsageRow]
+    """What the Usage page shows (teams.usage.summary)."""
+
+    since: str
+    until: str
+    days: list[str]
+    gpu_hours: dict[str, Series] = Field(description="team and user: name → day → GPU-hours")
+    gateway_tokens: dict[str, Series] = Field(
+        description="token and deployment: name → day → tokens"
+    )
+    quotas: list[QuotaOut]
+    gateway_limits: dict[str, int] = Field(description="the global /v1/ limits; 0: none")
+    tokens_today_by_user: dict[str, int]

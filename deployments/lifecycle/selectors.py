@@ -57,7 +57,7 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
     rows = (
         Deployment.objects.filter(replica_of__isnull=True)
         .select_related("host", "created_by", "team")
-        .prefetch_related("leases__gpu", "replicas__leases__gpu")
+        .prefetch_related("leases__gpu", "replicas__leases__gpu", "ray_nodes__host")
     )
     if filters.status:
         rows = rows.filter(Q(status=filters.status) | Q(replicas__status=filters.status))

@@ -33,6 +33,9 @@ class AccessError(Exception):
 class Caller:
     user: Any
     via: str  # "session" | "token"
+    # The token's own limits (ApiToken.rpm_limit, tokens_per_day_limit); None: the setting.
+    rpm_limit: int | None = None
+    tokens_per_day_limit: int | None = None
 
 
 def auth_cache_s() -> float:
@@ -90,7 +93,7 @@ def _caller(request: HttpRequest, *, csrf: bool) -> Caller:
             raise AccessError(
                 403, "permission_denied", "this API token lacks the 'infer' scope that /v1/ needs"
             )
-        return Caller(token.user, "token")
+        return Caller(token.user, "token", token.rpm_limit, token.tokens_per_day_limit)
     user = session_user(request)
     if not user.is_authenticated:
         raise AccessError(

@@ -77,7 +77,7 @@ async def _admit_in_redis(
     acquiring = limits.slot_acquire(
         user_id, limit=settings.PLAYGROUND_MAX_CONCURRENT, ttl_s=stream_max_s()
     )
-    rate_limits = ratelimit.Limits.from_settings()
+    rate_limits = ratelimit.limits_of(exchange.caller)
     if not rate_limits.any:
         return None, await acquiring
     checking = ratelimit.admit(user_id, exchange.bearer_id, time.time(), rate_limits)

@@ -59,13 +59,23 @@ class Limits:
     tokens_day_user: int = 0
 
     @classmethod
-    def from_settings(cls) -> Limits:
+    def from_settings(
+        cls, *, rpm_token: int | None = None, tokens_day_token: int | None = None
+    ) -> Limits:
+        """The global settings; a token's own limits (None: the setting's) replace the
+        per-token two."""
         return cls(
-            settings.GATEWAY_RPM_PER_TOKEN,
+            settings.GATEWAY_RPM_PER_TOKEN if rpm_token is None else rpm_token,
             settings.GATEWAY_RPM_PER_USER,
-            settings.GATEWAY_TOKENS_PER_DAY_PER_TOKEN,
+            settings.GATEWAY_TOKENS_PER_DAY_PER_TOKEN
+            if tokens_day_token is None
+            else tokens_day_token,
             settings.GATEWAY_TOKENS_PER_DAY_PER_USER,
         )
+
+    @property
+    def counts_tokens(self) -> bool:
+        return bool(self.tokens_day_token or self.tokens_day_user)
 
     def for_caller(self, bearer_id: str) -> list[int]:
         """The script's ARGV: a session caller has no token, so no token limits."""
@@ -164,11 +174,11 @@ def refusal_response(refusal: Refusal) -> JsonResponse:
     return response
 
 
-async def charge(user_id: int, bearer: str, tokens: int, now_s: float) -> None:
+async def charge(
+    user_id: int, bearer: str, tokens: int, now_s: float, limits: Limits | None = None
+) -> None:
     """Add a finished request's tokens to today's counts."""
-    if tokens <= 0 or not (
-        settings.GATEWAY_TOKENS_PER_DAY_PER_TOKEN or settings.GATEWAY_TOKENS_PER_DAY_PER_USER
-    ):
+    if tokens <= 0 or not (limits or Limits.from_settings()).counts_tokens:
         return
     day_keys = keys(user_id, bearer, now_s)[2:] if bearer else keys(user_id, bearer, now_s)[3:]
     try:
@@ -181,16 +191,27 @@ async def charge(user_id: int, bearer: str, tokens: int, now_s: float) -> None:
         logger.warning("gateway tokens not counted (%d), Redis unavailable: %s", tokens, exc)
 
 
-def charge_soon(user_id: int, bearer: str, tokens: int, now_s: float) -> None:
+def charge_soon(
+    user_id: int, bearer: str, tokens: int, now_s: float, limits: Limits | None = None
+) -> None:
     """`charge` in a task of its own: a relay that ends does not wait on Redis."""
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:  # recorded from a thread with no loop: nothing to charge it on
         logger.warning("gateway tokens not counted (%d): no event loop", tokens)
         return
-    task = loop.create_task(charge(user_id, bearer, tokens, now_s))
+    task = loop.create_task(charge(user_id, bearer, tokens, now_s, limits))
     _pending.add(task)
     task.add_done_callback(_pending.discard)
 
 
 _pending: set[asyncio.Task[None]] = set()
+
+
+def limits_of(caller: Any) -> Limits:
+    """The limits a gateway caller (gateway.access.Caller) is held to: its token's own, where
+    it has them, else the settings."""
+    return Limits.from_settings(
+        rpm_token=getattr(caller, "rpm_limit", None),
+        tokens_day_token=getattr(caller, "tokens_per_day_limit", None),
+    )

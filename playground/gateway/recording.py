@@ -51,7 +51,13 @@ def _charge(exchange: Exchange, outcome: Outcome) -> None:
     used = (timings.get("prompt_tokens") or 0) + (timings.get("completion_tokens") or 0)
     if used:
         user_id = exchange.caller.user.pk
-        ratelimit.charge_soon(user_id, exchange.bearer_id, int(used), time.time())
+        ratelimit.charge_soon(
+            user_id,
+            exchange.bearer_id,
+            int(used),
+            time.time(),
+            ratelimit.limits_of(exchange.caller),
+        )
 
 
 def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:

@@ -79,6 +79,7 @@ EXPECTED: dict[str, str] = {
     "benchmarks/<int:pk>/progress/": "viewer",
     "tokens/": "viewer",
     "tokens/<int:token_id>/revoke/": "viewer",
+    "tokens/<int:token_id>/limits/": "viewer",
     "api/v1/": "viewer",
     "api/v1/openapi.json": "viewer",
     "api/v1/docs": "viewer",

@@ -102,6 +102,16 @@ def test_make_use_and_revoke_a_token_in_the_browser(
     assert httpx.get(f"{asgi_server.url}/v1/models", headers=headers, timeout=20).status_code == 403
     page.reload()
     expect(row.locator(".last-used")).not_to_have_text("never")
+    expect(row.locator(".rpm-limit")).to_have_text("none (global)")
+    row.locator("input[name=rpm_limit]").fill("12")
+    row.locator("input[name=tokens_per_day_limit]").fill("3000")
+    row.locator("button.set-limits").click()
+    expect(page.locator(".messages")).to_contain_text(
+        "12 requests per minute, 3,000 tokens per day"
+    )
+    expect(row.locator(".rpm-limit")).to_have_text("12")
+    expect(row.locator(".tpd-limit")).to_have_text("3,000")
+    assert ApiToken.objects.get(name="laptop").rpm_limit == 12
     row.locator("button.revoke").click()
     expect(page.locator(".messages")).to_contain_text("Token revoked")
     expect(page.locator("#token-table tbody tr", has_text="laptop").locator(".state")).to_have_text(

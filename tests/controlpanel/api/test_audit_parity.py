@@ -14,6 +14,7 @@ from controlpanel.models import AuditEvent
 from deployments.models import Deployment
 from playground import services
 from playground.models import Scope
+from teams.models import Team
 from tests.support.hosts import sim_host
 
 pytestmark = pytest.mark.django_db
@@ -97,3 +98,51 @@ def test_a_refused_write_is_refused_alike_and_audits_nothing(
     assert message in html.unescape(r.content.decode())
     assert AuditEvent.objects.count() == before
     assert not Deployment.objects.filter(name="huge").exists()
+
+
+def test_a_launch_for_a_team_is_checked_and_audited_alike(
+    clients: tuple[Client, Client], operator: Any
+) -> None:
+    ui, api = clients
+    for name in ("red", "blue"):
+        Team.objects.create(name=name, max_gpus=2).members.add(operator)
+    Team.objects.create(name="green")
+    r = api.post("/api/v1/deployments", {**FORM, "name": "nameless"}, content_type="application/json")  # fmt: skip
+    assert r.status_code == 409 and "several teams (blue, red)" in r.json()["message"], r.content
+    r = api.post(
+        "/api/v1/deployments", {**FORM, "name": "theirs", "team": "green"}, content_type="application/json"
+    )  # fmt: skip
+    assert r.status_code == 422, r.content
+    assert r.json()["message"].startswith("body.team: You are not in team green")
+    assert "Admin role" in r.json()["message"]
+    r = api.post(
+        "/api/v1/deployments", {**FORM, "name": "big", "team": "red", "replicas": 3}, content_type="application/json"
+    )  # fmt: skip
+    assert r.status_code == 409 and "red" in r.json()["message"], r.content
+    assert (
+        ui.post("/deployments/new/", {**FORM, "name": "via-ui", "team": "red"}).status_code == 302
+    )
+    ui_create = last("deployment.create")
+    r = api.post(
+        "/api/v1/deployments", {**FORM, "name": "via-api", "team": "red"}, content_type="application/json"
+    )  # fmt: skip
+    assert r.status_code == 201, r.content
+    assert r.json()["team"] == "red" and r.json()["hosts"] == [HOST]
+    same_row(ui_create, last("deployment.create"))
+    assert last("deployment.create").detail["team"] == "red"
+    listed = ui.get("/api/v1/deployments?team=red").json()  # the session: this token deploys only
+    assert sorted(d["name"] for d in listed) == ["via-api", "via-ui"]
+    assert ui.get("/api/v1/deployments?team=blue").json() == []
+
+
+def test_further_hosts_are_checked_as_the_form_checks_them(clients: tuple[Client, Client]) -> None:
+    _ui, api = clients
+    before = AuditEvent.objects.count()
+    body = {**FORM, "name": "span", "engine": "vllm", "hosts": [HOST]}
+    r = api.post("/api/v1/deployments", body, content_type="application/json")
+    assert r.status_code == 409 and "not the first host again" in r.json()["message"], r.content
+    r = api.post(
+        "/api/v1/deployments", {**body, "hosts": ["nowhere"]}, content_type="application/json"
+    )
+    assert r.status_code == 422 and r.json()["message"].startswith("body.hosts:"), r.content
+    assert AuditEvent.objects.count() == before

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 from django.utils import timezone
 
+from controlpanel.auditchain.canonical import GENESIS, row_hash
 from controlpanel.models import AuditEvent
 from deployments.models import Deployment
 from playground import services
@@ -37,6 +38,7 @@ class Call:
 
 CALLS = [
     Call("GET", "/api/v1/deployments", Scope.READ, "Viewer", 200),
+    Call("GET", "/api/v1/deployments?team=red", Scope.READ, "Viewer", 200),
     Call("GET", "/api/v1/deployments/{d}", Scope.READ, "Viewer", 200),
     Call(
         "POST",
@@ -46,13 +48,43 @@ CALLS = [
         422,
         {"name": "Not A Name!", "model_ref": "local:0/tiny", "host": HOST},
     ),
+    Call(
+        "POST",
+        "/api/v1/deployments",
+        Scope.DEPLOY,
+        "Operator",
+        422,
+        {
+            "name": "Bad!",
+            "model_ref": "local:0/tiny",
+            "host": HOST,
+            "team": None,
+            "hosts": ["other"],
+        },
+    ),
     Call("POST", "/api/v1/deployments/{d}/stop", Scope.DEPLOY, "Operator", 409),
     Call("POST", "/api/v1/deployments/{d}/scale", Scope.DEPLOY, "Operator", 409, {"replicas": 2}),
     Call("GET", "/api/v1/hosts", Scope.READ, "Viewer", 200),
     Call("GET", f"/api/v1/gpus?host={HOST}", Scope.READ, "Viewer", 200),
     Call("GET", f"/api/v1/plan?ref=local:0/tiny&target={HOST}", Scope.READ, "Viewer", 200),
+    Call(
+        "GET",
+        f"/api/v1/plan?ref=local:0/tiny&target=picked&hosts={HOST}&hosts=other",
+        Scope.READ,
+        "Viewer",
+        200,
+    ),
+    Call("GET", "/api/v1/plan?ref=local:0/tiny&target=fleet", Scope.READ, "Viewer", 200),
     Call("GET", "/api/v1/audit?limit=5", Scope.AUDIT, "Admin", 200),
-    Call("GET", "/api/v1/usage", Scope.READ, "Viewer", 200),
+    Call(
+        "GET",
+        "/api/v1/audit?after_id=1&limit=5&action=deployment.create",
+        Scope.AUDIT,
+        "Admin",
+        200,
+    ),
+    Call("GET", "/api/v1/usage", Scope.READ, "Operator", 200),
+    Call("GET", "/api/v1/usage?days=7&team=", Scope.READ, "Operator", 200),
     Call("GET", "/api/v1/openapi.json", Scope.READ, "Viewer", 200),
     Call("GET", "/api/v1/", Scope.READ, "Viewer", 200),
     Call("GET", "/v1/models", Scope.INFER, "Operator", 200),
@@ -158,7 +190,7 @@ def test_last_used_moves_at_most_once_a_minute(world: World, operator: Any) -> N
 
 def test_a_session_writes_only_with_its_csrf_token(world: World, operator: Any) -> None:
     cookies, headers = session_for(operator)
-    stop = CALLS[3]
+    stop = next(c for c in CALLS if c.path.endswith("/stop"))
     r = httpx.post(world.path(stop), cookies=cookies, timeout=30)
     assert r.status_code == 403 and "CSRF" in r.json()["message"]
     r = httpx.post(world.path(stop), cookies=cookies, headers=headers, timeout=30)
@@ -187,9 +219,27 @@ BAD = [
     ("GET", "/api/v1/deployments/999999", b"", "no deployment 999999"),
     ("GET", "/api/v1/deployments/99999999999999999999999", b"", "no deployment"),
     ("GET", "/api/v1/audit?since=2026-13-45", b"", "since"),
-    ("GET", "/api/v1/audit?offset=99999999999999999999", b"", "offset"),
+    ("GET", "/api/v1/audit?after_id=99999999999999999999", b"", "after_id"),
+    ("GET", "/api/v1/audit?after_id=-1", b"", "after_id"),
     ("GET", "/api/v1/audit?limit=0", b"", "limit"),
+    ("GET", "/api/v1/audit?limit=501", b"", "limit"),
     ("GET", "/api/v1/usage?days=nan", b"", "days"),
+    ("GET", "/api/v1/usage?days=93", b"", "days"),
+    ("GET", "/api/v1/usage?team=nobody", b"", "query.team"),
+    (
+        "POST",
+        "/api/v1/deployments",
+        b'{"name": "ok", "model_ref": "local:0/tiny", "host": "apihost", "team": "nobody"}',
+        "body.team: Unknown team",
+    ),
+    (
+        "POST",
+        "/api/v1/deployments",
+        b'{"name": "ok", "model_ref": "local:0/tiny", "host": "apihost", "hosts": "other"}',
+        "hosts",
+    ),
+    ("GET", "/api/v1/plan?ref=local:0/tiny&target=picked", b"", "Pick at least one host"),
+    ("GET", "/api/v1/plan?ref=local:0/tiny&target=picked&hosts=nowhere", b"", "nowhere"),
     ("GET", "/api/v1/plan", b"", "ref"),
     ("GET", "/api/v1/plan?ref=local:0/tiny&target=nowhere", b"", "nowhere"),
     ("GET", "/api/v1/plan?ref=local:0/tiny&replicas=lots", b"", "replicas"),
@@ -208,19 +258,45 @@ def test_bad_input_is_json_naming_the_field(world: World) -> None:
     assert not failures, "\n".join(failures)
 
 
-def test_audit_is_paged_and_filtered(world: World, admin_user: Any) -> None:
-    total = AuditEvent.objects.count()
-    r = httpx.get(f"{world.url}/api/v1/audit?limit=2&offset=1", headers=world.bearer("admin", "audit"), timeout=30)  # fmt: skip
-    page = r.json()
-    assert page["count"] == total and len(page["items"]) == 2
-    newest = list(AuditEvent.objects.values_list("pk", flat=True)[1:3])
-    assert [e["id"] for e in page["items"]] == newest
+def test_audit_is_keyset_paged_filtered_and_its_chain_checks(world: World, admin_user: Any) -> None:
+    """A client walks the trail by after_id, oldest first, and re-computes every row's hash
+    from what the API gave it: the chain links, and a row changed on the way would not."""
+    headers, url = world.bearer("admin", "audit"), f"{world.url}/api/v1/audit"
+    seen: list[dict[str, Any]] = []
+    after: int | None = 0
+    while after is not None:
+        page = httpx.get(url, params={"after_id": after, "limit": 2}, headers=headers, timeout=30)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        assert len(body["items"]) <= 2
+        seen += body["items"]
+        after = body["next_after_id"]
+        assert after is None or after == body["items"][-1]["id"]
+    assert [e["id"] for e in seen] == list(
+        AuditEvent.objects.order_by("id").values_list("pk", flat=True)
+    )
+    previous = GENESIS
+    for item in seen:
+        assert item["prev_hash"] == previous
+        fields = {k: item[k] for k in HASHED}
+        fields["created_at"] = datetime.fromisoformat(item["created_at"])
+        assert row_hash(**fields) == item["row_hash"], item
+        previous = item["row_hash"]
+    forged = {**fields, "detail": {**item["detail"], "scopes": ["all"]}}
+    assert row_hash(**forged) != item["row_hash"]
     r = httpx.get(
-        f"{world.url}/api/v1/audit",
-        params={"action": "playground.apitoken.create", "actor": "ada"},
-        headers=world.bearer("admin", "audit"),
+        url,
+        params={"action": "playground.apitoken.create", "actor": "ada", "after_id": seen[1]["id"]},
+        headers=headers,
         timeout=30,
     )
     items = r.json()["items"]
     assert items and {(e["action"], e["actor"]) for e in items} == {("playground.apitoken.create", "ada-admin")}  # fmt: skip
+    assert all(e["id"] > seen[1]["id"] for e in items)
     assert isinstance(items[0]["detail"], dict) and "scopes" in items[0]["detail"]
+
+
+HASHED = (
+    "seq", "prev_hash", "created_at", "actor_id", "actor_name", "action", "target_type",
+    "target_id", "detail", "client_ip",
+)  # fmt: skip

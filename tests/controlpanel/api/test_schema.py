@@ -93,3 +93,23 @@ def test_the_docs_page_loads_nothing_from_outside(viewer: Any) -> None:
         assert finders.find(asset), asset
     init = Path(str(finders.find("ninja/swagger-ui-init.js"))).read_text()
     assert "//cdn" not in init and "https://" not in init
+
+
+def test_the_schema_names_the_wired_fields(doc: dict[str, Any]) -> None:
+    """What an automation client needs: a deployment's team and hosts, the team and hosts a
+    launch is for, the audit's keyset cursor and chain fields, usage's team and window."""
+    schemas = doc["components"]["schemas"]
+    assert {"team", "hosts"} <= set(schemas["DeploymentOut"]["required"])
+    assert {"team", "hosts"} <= set(schemas["DeploymentCreateIn"]["properties"])
+    assert {"seq", "prev_hash", "row_hash"} <= set(schemas["AuditOut"]["required"])
+    assert set(schemas["AuditPageOut"]["properties"]) == {"items", "next_after_id"}
+    assert {"quotas", "gpu_hours", "gateway_tokens"} <= set(schemas["UsageOut"]["required"])
+
+    def params(path: str) -> set[str]:
+        return {p["name"] for p in doc["paths"][path]["get"].get("parameters", [])}
+
+    assert {"after_id", "limit", "action"} <= params("/api/v1/audit")
+    assert "offset" not in params("/api/v1/audit")
+    assert {"days", "team"} <= params("/api/v1/usage")
+    assert {"team"} <= params("/api/v1/deployments")
+    assert {"target", "hosts"} <= params("/api/v1/plan")

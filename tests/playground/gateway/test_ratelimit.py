@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from controlpanel.models import AuditEvent
+from playground import services, token_limits
 from playground.gateway import limits, ratelimit
 from playground.gateway.ratelimit import Limits
 from tests.support.gateway import bearer_for
@@ -154,3 +155,34 @@ def test_tokens_per_day_are_counted_from_the_answers(
     assert refused.status_code == 429 and refused.json()["error"]["type"] == "tokens"
     assert "10 tokens per day (UTC) (16 used today)" in refused.json()["error"]["message"]
     assert int(refused.headers["Retry-After"]) > 0
+
+
+def test_a_tokens_own_limits_replace_the_global_ones(
+    two_servers, stub, make_deployment, operator, admin_user, rate_redis
+) -> None:
+    """One token held to 2 requests a minute (the setting: 4), another to 5 tokens a day (the
+    setting: none), a third on the settings: each process enforces each token's own."""
+    urls = two_servers(GATEWAY_RPM_PER_TOKEN=4)
+    make_deployment("tiny", stub.port)
+    tight, tight_raw = services.token_create(user=operator, name="tight")
+    daily, daily_raw = services.token_create(user=operator, name="daily")
+    _, plain_raw = services.token_create(user=operator, name="plain")
+    token_limits.limits_set(
+        user=operator, token_id=tight.pk, rpm_limit=2, tokens_per_day_limit=None
+    )
+    token_limits.limits_set(user=admin_user, token_id=daily.pk, rpm_limit=None, tokens_per_day_limit=5)  # fmt: skip
+    _not_near_a_minute_end()
+    bearer = {name: {"Authorization": f"Bearer {raw}"} for name, raw in [("tight", tight_raw), ("daily", daily_raw), ("plain", plain_raw)]}  # fmt: skip
+    assert [_ask(urls[i % 2], bearer["tight"]).status_code for i in range(2)] == [200, 200]
+    refused = _ask(urls[0], bearer["tight"])
+    assert refused.status_code == 429
+    assert "your API token: 2 requests per minute" in refused.json()["error"]["message"]
+    assert refused.headers["x-ratelimit-limit-requests"] == "2"
+    assert [_ask(urls[i % 2], bearer["plain"]).status_code for i in range(4)] == [200] * 4
+    assert "4 requests per minute" in _ask(urls[1], bearer["plain"]).json()["error"]["message"]
+    assert _ask(urls[1], bearer["daily"]).status_code == 200  # 8 tokens charged, 5 allowed
+    client = redis.Redis.from_url(rate_redis.url)
+    wait_for(lambda: any(int(client.get(k) or 0) == 8 for k in client.keys("*:tpd:t:*")), 5)
+    over = _ask(urls[0], bearer["daily"])
+    assert over.status_code == 429 and over.json()["error"]["type"] == "tokens", over.text
+    assert "5 tokens per day (UTC) (8 used today)" in over.json()["error"]["message"]
