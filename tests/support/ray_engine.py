@@ -74,7 +74,7 @@ def resolve_weights(model: str, revision: str, driver_env: dict[str, str]) -> di
     env = dict(os.environ)
     for key, value in driver_env.items():
         env.setdefault(key, value)
-    run = subprocess.run(  # noqa: S603 - this interpreter, fixed code
+    run = subprocess.run(
         [sys.executable, "-c", _RESOLVE, model, revision],
         env=env,
         capture_output=True,

@@ -209,8 +209,10 @@ def _wait_joined(workers: list[RayNode], deadline: float) -> None:
 def _downloads_moved(nodes: list[RayNode], seen: dict[int, int]) -> bool:
     """Whether a waiting host's weights download got further since the last look."""
     waiting = [n.host_id for n in nodes if n.state == State.PENDING]
+    if not waiting:
+        return False
     live = ModelDownload.objects.filter(
-        deployment_id=nodes[0].deployment_id if nodes else None,
+        deployment_id=nodes[0].deployment_id,
         host_id__in=waiting,
         status=DownloadStatus.DOWNLOADING,
     ).values_list("pk", "bytes_done")
