@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from deployments import events, planning
 from deployments.enginelog import client
@@ -73,7 +75,12 @@ def pushed(download: ModelDownload) -> list[dict[str, Any]]:
 
 
 def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
-    host_worker: Any, model_root: Path, served: HubStub, operator: Any, tmp_path: Path
+    host_worker: Any,
+    model_root: Path,
+    served: HubStub,
+    operator: Any,
+    tmp_path: Path,
+    client: Client,
 ) -> None:
     endpoints = {LEAD: served.url, FOLLOWER: served.url}
     workers = fetching_hosts(host_worker, model_root, tmp_path, endpoints)
@@ -99,6 +106,9 @@ def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
     assert progress and all(p["id"] == d.pk and p["node_host"] == FOLLOWER for p in progress)
     dones = [p["done"] for p in progress]
     assert dones == sorted(dones) and dones[-1] == progress[-1]["total"]
+    client.force_login(operator)
+    page = client.get(reverse("deployment_detail", args=[d.pk])).content.decode()
+    assert f'data-host-download="{FOLLOWER}"' in page and f'data-host-download="{LEAD}"' not in page
 
     # One model reference for every node: the repo id pinned to the commit, offline.
     argv = d.argv
