@@ -96,11 +96,12 @@ def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
         assert row.bytes_done == row.bytes_total > 0 and row.commit == commit
         snapshot = tmp_path / f"{name}-hf" / "hub" / "models--sbtest--tiny-llama" / "snapshots"
         assert (snapshot / commit / "model.safetensors").is_file(), name
-    # The follower's node started only once its weights were whole.
+    # The follower's node started only once its weights were whole (psutil's start time
+    # counts from a boot time in whole seconds: up to a second early).
     node = RayNode.objects.get(deployment=d, host__name=FOLLOWER)
     finished = downloads[FOLLOWER].finished_at
     assert finished is not None and node.process_started_at is not None
-    assert finished.timestamp() <= node.process_started_at + 0.5
+    assert finished.timestamp() <= node.process_started_at + 1.0
     # Its progress reached the deployment's page, the host named, in order, to the total.
     progress = [p for p in pushed(downloads[FOLLOWER]) if p.get("total")]
     assert progress and all(p["id"] == d.pk and p["node_host"] == FOLLOWER for p in progress)
