@@ -8,6 +8,7 @@ fails the deployment with that host named and leaves nothing behind."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def fetching_hosts(
 
 
 def launch(operator: Any, workers: list[Any]) -> Deployment:
+    began = time.monotonic()
     d = deployment_create(
         user=operator,
         request=LaunchRequest(
@@ -66,6 +68,7 @@ def launch(operator: Any, workers: list[Any]) -> Deployment:
         print(*(w.log()[-4000:] for w in workers), sep="\n-----\n")
         raise
     d.refresh_from_db()
+    print(f"FIGURE two-host Hub launch -> {d.status} in {time.monotonic() - began:.1f} s")
     return d
 
 
@@ -93,6 +96,9 @@ def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
     assert len(commit) == 40
     for name, row in downloads.items():
         assert row.status == DownloadStatus.DONE, (name, row.error)
+        assert row.finished_at is not None
+        took = (row.finished_at - row.created_at).total_seconds()
+        print(f"FIGURE download on {name}: {row.bytes_total} bytes in {took:.2f} s")
         assert row.bytes_done == row.bytes_total > 0 and row.commit == commit
         snapshot = tmp_path / f"{name}-hf" / "hub" / "models--sbtest--tiny-llama" / "snapshots"
         assert (snapshot / commit / "model.safetensors").is_file(), name
