@@ -247,6 +247,9 @@ def join(node_pk: int, commit: str = "") -> dict[str, str]:
         token = sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) or settings.HF_TOKEN
         fetched = fetching.for_node(d, node.host, commit, token or None)
         if fetched.ended:
+            if not Deployment.objects.filter(pk=d.pk, status=Status.PENDING).exists():
+                mark(node, State.STOPPED, fetched.ended)  # stopped meanwhile: not a failure
+                return {"skipped": fetched.ended}
             mark(node, State.EXITED, f"The weights could not be fetched: {fetched.ended}")
             return {"failed": fetched.ended}
     try:
