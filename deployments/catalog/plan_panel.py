@@ -165,6 +165,8 @@ def _plan_view(
     hosts = launch_hosts(p, target, req)
     # the other hosts a spanning launch names; its lead is ``launch["host"]``
     details["launch_hosts"] = hosts[1:] if p.multi_host else []
+    # a Hub model over several hosts: every host needs its own copy before the launch
+    details["prefetch_hosts"] = hosts if p.multi_host and not source.is_local else []
     details["launch_block"] = launch_block(p, hosts, req)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
     details["max_concurrency_text"] = concurrency_text(p.max_concurrency)

@@ -41,12 +41,13 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
     # Over several hosts it is vLLM on Ray even on simulated GPUs (a test engine stands in).
     simulated = d.host.simulated and not multi_host
     request = plan.get("request", {})
+    model, revision, hub_env = _weights_ref(d, snapshot, multi_host)
     return LaunchSpec(
         deployment_id=str(d.pk),
-        model=str(snapshot) if snapshot else d.model_id,
+        model=model,
         port=port,
         host=settings.SHARDBOARD_ENGINE_HOST,
-        revision=None if snapshot else d.revision or None,
+        revision=revision,
         served_model_name=d.name,
         api_key=d.engine_api_key() if d.engine == Engine.VLLM else None,
         tensor_parallel_size=1 if simulated else plan.get("tensor_parallel_size", 1),
@@ -67,7 +68,24 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         hf_offline=snapshot is not None or _is_local(d),
         hf_token=None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
         owner=engine_owner(),
+        extra_env=hub_env,
     )
+
+
+def _weights_ref(
+    d: Deployment, snapshot: Path | None, multi_host: bool
+) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
+    """The model argument, its revision, and the Hub environment of the engine.
+
+    Over several hosts the snapshot path is the lead's alone: vLLM hands the model argument
+    as given to its workers on every node (ModelConfig in the VllmConfig each RayWorkerProc
+    gets), so there it is the repo id pinned to the fetched commit, found offline in each
+    node's own cache (each node's HF_HUB_CACHE: raynodes.commands.node_env)."""
+    if snapshot is None:
+        return d.model_id, d.revision or None, ()
+    if multi_host:
+        return d.model_id, snapshot.name, (("HF_HUB_CACHE", str(fetching.cache_dir())),)
+    return str(snapshot), None, ()
 
 
 def _utilization(d: Deployment, request: dict[str, Any]) -> float | None:
@@ -130,7 +148,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
         return {"skipped": "ended while waiting for its turn on a shared GPU"}
     if d.plan.get("multi_host"):
         try:
-            cluster.form_cluster(d)
+            cluster.form_cluster(d, snapshot.name if snapshot else "")
         except cluster.ClusterError as exc:
             transitions.fail(d, f"The Ray cluster did not form: {exc}")
             return {"failed": str(exc)}

@@ -31,8 +31,8 @@ def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
 
 
 @shared_task(name="deployments.ray_join", acks_late=True)
-def ray_join(node_id: int) -> dict[str, Any]:
-    return cluster.join(node_id)
+def ray_join(node_id: int, commit: str = "") -> dict[str, Any]:
+    return cluster.join(node_id, commit)
 
 
 @shared_task(name="deployments.ray_leave", acks_late=True)

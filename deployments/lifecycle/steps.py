@@ -30,10 +30,23 @@ class StepRow:
 
 
 @dataclass(frozen=True, slots=True)
+class HostWeights:
+    """The weights download of a further host of a launch over several hosts."""
+
+    host: str
+    status: str
+    status_label: str
+    done: int
+    total: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Steps:
     rows: list[StepRow]
     expected_total_s: float | None
     live: bool  # the start is under way: the page updates the steps as they come
+    hosts: list[HostWeights]
 
     @property
     def shown(self) -> bool:
@@ -44,10 +57,32 @@ def launch_steps(d: Deployment) -> Steps:
     phases = {p.phase: p for p in LaunchPhase.objects.filter(deployment=d, attempt=d.restart_count)}
     expected = expected_durations(d)
     live = d.status in (Status.PENDING, Status.STARTING, Status.RESTARTING)
-    download = ModelDownload.objects.filter(deployment=d).order_by("-created_at").first()
+    # a launch over several hosts has one download per host: the steps are the lead's
+    download = (
+        ModelDownload.objects.filter(deployment=d, host_id=d.host_id)
+        .order_by("-created_at")
+        .first()
+    )
     rows = [_row(p, phases.get(p), expected.get(p), download, live=live) for p in Phase]
     total = sum(expected.values()) if expected else None
-    return Steps(rows, total, live)
+    return Steps(rows, total, live, _further_hosts(d))
+
+
+def _further_hosts(d: Deployment) -> list[HostWeights]:
+    """Each other host's latest download for this deployment (before its Ray node joins)."""
+    others = ModelDownload.objects.filter(deployment=d).exclude(host_id=d.host_id)
+    latest = {row.host.name: row for row in others.order_by("created_at").select_related("host")}
+    return [
+        HostWeights(
+            host=name,
+            status=row.status,
+            status_label=row.get_status_display(),
+            done=row.bytes_done,
+            total=row.bytes_total,
+            text=row.error[:300] or download_text(row.bytes_done, row.bytes_total, 0, None),
+        )
+        for name, row in sorted(latest.items())
+    ]
 
 
 def _row(

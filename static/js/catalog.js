@@ -181,8 +181,11 @@
 
   // A plan whose stages span hosts launches on its first host with the others as `hosts`.
   function drawLaunchHosts(form, names) {
+    drawHiddenHosts(form, names, form.querySelector("#launch-button"));
+  }
+
+  function drawHiddenHosts(form, names, button) {
     for (const input of form.querySelectorAll('input[type=hidden][name="hosts"]')) input.remove();
-    const button = form.querySelector("#launch-button");
     for (const name of names || []) {
       const input = document.createElement("input");
       input.type = "hidden";
@@ -190,6 +193,19 @@
       input.value = name;
       form.insertBefore(input, button);
     }
+  }
+
+  // A Hub model over several hosts: one click fetches it onto every host of the plan.
+  function drawPrefetch(plan) {
+    const form = document.getElementById("prefetch-plan-form");
+    if (!form) return;
+    const hosts = plan.prefetch_hosts || [];
+    const launch = plan.launch || {};
+    form.hidden = hosts.length === 0;
+    form.querySelector('input[name="repo_id"]').value = launch.model_ref || "";
+    form.querySelector('input[name="revision"]').value = launch.revision || "";
+    drawHiddenHosts(form, hosts, form.querySelector("#prefetch-plan-button"));
+    text("prefetch-plan-note", hosts.join(", "));
   }
 
   function drawLaunch(payload, targetIsHost) {
@@ -201,6 +217,7 @@
       if (input) input.value = v;
     }
     drawLaunchHosts(form, payload.plan && payload.plan.launch_hosts);
+    drawPrefetch(payload.plan || {});
     const online = !payload.target || payload.target.online !== false;
     const blocked = Boolean(payload.plan && payload.plan.launch_block);
     form.querySelector("#launch-button").disabled = !(payload.ok && targetIsHost && online) || blocked;

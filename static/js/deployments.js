@@ -41,7 +41,25 @@
     }
     return msg.total ? msg.done + " of " + msg.total : "";
   }
+  // Another host of a launch over several hosts fetching its copy of the weights.
+  function hostWeights(msg) {
+    const li = steps.querySelector('[data-host-download="' + CSS.escape(msg.node_host) + '"]');
+    if (!li) {
+      if (!reloading) { reloading = true; setTimeout(function () { location.reload(); }, 300); }
+      return;
+    }
+    const bar = li.querySelector("progress");
+    if (bar && msg.total) { bar.max = msg.total; bar.value = msg.done; }
+    const text = li.querySelector("[data-host-text]");
+    if (text) { text.textContent = stepText(msg); }
+    const badge = li.querySelector("[data-host-status]");
+    if (badge && msg.download_status) { badge.textContent = msg.download_status; }
+  }
   function progress(msg) {
+    if (msg.node_host) {  // the start's own steps and the list show the lead's progress
+      if (steps && String(msg.id) === steps.dataset.pk) { hostWeights(msg); }
+      return;
+    }
     const pct = msg.total ? " " + Math.round(100 * msg.done / msg.total) + "%" : "";
     document.querySelectorAll('[data-progress-for="' + msg.id + '"]').forEach(function (el) {
       el.textContent = msg.phase_label + pct;

@@ -6,7 +6,10 @@ As vLLM 0.33 does (v1/executor/ray_utils.py, initialize_ray_cluster): `ray.init(
 address from RAY_ADDRESS, one ``{"GPU": 1}`` bundle per rank (TP × PP) in a placement group
 with strategy PACK, waiting until it is placed; then it answers what `stub_engine` answers,
 plus ``GET /ray/placement``: the host each bundle landed on (from the node's
-``shardboard_host_<name>`` resource). Exits on SIGTERM, leaving the cluster.
+``shardboard_host_<name>`` resource), and ``GET /ray/weights``: where a task in each bundle
+found the model argument, resolved as vLLM's workers do (the driver's environment filled in
+with setdefault under the node's own, v1/executor/ray_executor_v2.py:173-175; then offline
+from the Hub cache, or a folder as given). Exits on SIGTERM, leaving the cluster.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
 import sys
 from http.server import ThreadingHTTPServer
 from typing import Any
@@ -21,6 +25,7 @@ from typing import Any
 import ray
 import stub_engine
 from ray.util.placement_group import placement_group, placement_group_table
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from stub_engine import Handler
 
 HOST_RESOURCE = "shardboard_host_"
@@ -33,6 +38,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--pipeline-parallel-size", type=int, default=1)
     parser.add_argument("--distributed-executor-backend", default=None)
+    parser.add_argument("--revision", default=None)
     return parser.parse_known_args(rest, namespace=args)[0]
 
 
@@ -52,12 +58,53 @@ def placed(pg: Any) -> dict[str, str]:
     return {str(i): hosts.get(node_id, "?") for i, node_id in bundles.items()}
 
 
+_RESOLVE = """
+import os, sys
+from huggingface_hub import snapshot_download
+model, revision = sys.argv[1], sys.argv[2] or None
+if os.path.isdir(model):
+    print(model)
+else:
+    print(snapshot_download(model, revision=revision, local_files_only=True))
+"""
+
+
+@ray.remote(num_gpus=1, num_cpus=0)
+def resolve_weights(model: str, revision: str, driver_env: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    for key, value in driver_env.items():
+        env.setdefault(key, value)
+    run = subprocess.run(
+        [sys.executable, "-c", _RESOLVE, model, revision],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    found = run.stdout.strip() or run.stderr.strip().splitlines()[-1]
+    return {"ok": str(run.returncode == 0), "path": found, "cache": env.get("HF_HUB_CACHE", "")}
+
+
+def weights_per_bundle(pg: Any, world: int, model: str, revision: str) -> dict[str, Any]:
+    driver = {k: v for k, v in os.environ.items() if k.startswith("HF_")}
+    refs = {
+        str(i): resolve_weights.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(pg, i)
+        ).remote(model, revision, driver)
+        for i in range(world)
+    }
+    return {i: ray.get(ref, timeout=120) for i, ref in refs.items()}
+
+
 class RayHandler(Handler):
     placement: dict[str, str] = {}
+    weights: dict[str, Any] = {}
 
     def do_GET(self) -> None:
         if self.path == "/ray/placement":
             self._send(200, {"bundles": self.placement})
+        elif self.path == "/ray/weights":
+            self._send(200, {"bundles": self.weights})
         else:
             super().do_GET()
 
@@ -76,6 +123,8 @@ def main(argv: list[str]) -> None:
     RayHandler.model_name = args.served_model_name or args.model
     for bundle, host in sorted(RayHandler.placement.items()):
         print(f"bundle {bundle} placed on host {host}", flush=True)
+    RayHandler.weights = weights_per_bundle(pg, world, args.model, args.revision or "")
+    print(f"weights per bundle: {RayHandler.weights}", flush=True)
     server = ThreadingHTTPServer((args.host, args.port), RayHandler)
     print("Application startup complete.", flush=True)
     try:

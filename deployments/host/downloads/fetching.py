@@ -26,6 +26,7 @@ from deployments.host.downloads.manifest import complete_snapshot, save_manifest
 from deployments.host.engines.phases import DOWNLOADING
 from deployments.host.launchphases import Recorder
 from deployments.models import Deployment, DownloadStatus, ModelDownload, Status
+from monitoring.models import Host
 
 log = logging.getLogger(__name__)
 SAVE_EVERY_S = 1.0
@@ -59,27 +60,55 @@ def for_launch(d: Deployment, token: str | None, recorder: Recorder) -> Outcome:
     if found is not None:
         recorder.enter(DOWNLOADING, detail="already on this host")
         return Outcome(snapshot=found)
-    row = ModelDownload.objects.create(
-        host=d.host,
-        repo_id=d.model_id,
-        revision=d.revision,
-        deployment=d,
-        created_by=d.created_by,
-        status=DownloadStatus.DOWNLOADING,
-    )
+    row = _launch_row(d, d.host, d.revision)
     recorder.enter(DOWNLOADING, download=row.pk)
-
     status = Status(d.status)  # pending, or restarting for an automatic restart
 
     def still_wanted() -> bool:
         return Deployment.objects.filter(pk=d.pk, status=status).exists()
 
+    return _fetch_for(d, row, token, still_wanted, recorder)
+
+
+def for_node(d: Deployment, host: Host, commit: str, token: str | None) -> Outcome:
+    """The weights of `d` on a further host of a launch over several hosts, at the commit the
+    lead resolved (every node must load the same files), before this host's Ray node joins.
+    Progress goes to the deployment's page with the host named."""
+    found = complete_snapshot(d.model_id, commit)
+    if found is not None:
+        return Outcome(snapshot=found)
+    row = _launch_row(d, host, commit)
+
+    def still_wanted() -> bool:
+        return Deployment.objects.filter(pk=d.pk, status__in=[Status.PENDING]).exists()
+
+    return _fetch_for(d, row, token, still_wanted, None)
+
+
+def _launch_row(d: Deployment, host: Host, revision: str) -> ModelDownload:
+    return ModelDownload.objects.create(
+        host=host,
+        repo_id=d.model_id,
+        revision=revision,
+        deployment=d,
+        created_by=d.created_by,
+        status=DownloadStatus.DOWNLOADING,
+    )
+
+
+def _fetch_for(
+    d: Deployment,
+    row: ModelDownload,
+    token: str | None,
+    still_wanted: Callable[[], bool],
+    recorder: Recorder | None,
+) -> Outcome:
     try:
-        fetched = _run(row, _job(d.model_id, d.revision, token), still_wanted, recorder)
+        fetched = _run(row, _job(d.model_id, row.revision, token), still_wanted, recorder)
     except hub.Cancelled:
         return Outcome(ended="stopped during the download")
     except hub.DownloadError as exc:
-        return Outcome(ended=f"download of {d.model_id} failed: {exc}")
+        return Outcome(ended=f"download of {d.model_id} failed on {row.host.name}: {exc}")
     return Outcome(snapshot=fetched.snapshot)
 
 
@@ -170,7 +199,7 @@ class _Pusher:
         else:
             payload = {
                 "type": "deployment.progress",
-                "id": None,
+                "id": self.row.deployment_id,  # a further host's launch download, else None
                 "phase": DOWNLOADING,
                 "done": p.done_bytes,
                 "total": p.total_bytes,
@@ -178,6 +207,8 @@ class _Pusher:
                 "host": self.row.host.name,
                 **extra,
             }
+            if self.row.deployment_id is not None:
+                payload["node_host"] = self.row.host.name  # the page's per-host weights row
             events.publish_progress(payload, stream=events.progress_key("download", self.row.pk))
 
     def final(self) -> None:

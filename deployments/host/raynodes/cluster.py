@@ -20,10 +20,19 @@ from django.db.models import Q
 
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
+from deployments import sealed
 from deployments.host import supervisor as sv
+from deployments.host.downloads import fetching
 from deployments.host.owner import engine_owner
 from deployments.host.raynodes import commands
-from deployments.models import TERMINAL, Deployment, RayNode, Status
+from deployments.models import (
+    TERMINAL,
+    Deployment,
+    DownloadStatus,
+    ModelDownload,
+    RayNode,
+    Status,
+)
 
 log = logging.getLogger(__name__)
 NODE_STOP_GRACE_S = 10.0
@@ -93,9 +102,11 @@ def _free_block(node: RayNode, address: str) -> int:
     )
 
 
-def start_node(node: RayNode, head: str | None) -> bool:
+def start_node(node: RayNode, head: str | None, *, fetched_weights: bool = False) -> bool:
     """Spawn this host's node (the head when ``head`` is None); False when the row was no
-    longer pending (stopped meanwhile). Raises ClusterError or OSError when it cannot start."""
+    longer pending (stopped meanwhile). Raises ClusterError or OSError when it cannot start.
+    With `fetched_weights`, vLLM's workers on this node read the weights offline from this
+    host's Hub cache."""
     address = settings.SHARDBOARD_RAY_NODE_ADDRESS
     with _PORTS_LOCK:
         base = _free_block(node, address)
@@ -108,6 +119,8 @@ def start_node(node: RayNode, head: str | None) -> bool:
             gpu_indices=tuple(int(i) for i in node.gpu_indices),
             head_address=head,
             owner=engine_owner(),
+            hub_cache=str(fetching.cache_dir()),
+            hf_offline=fetched_weights,
         )
         log_path = log_dir() / f"deployment-{node.deployment_id}-ray-{node.role}.log"
         handle = sv.spawn(commands.node_argv(ray_bin(), spec), commands.node_env(spec), log_path)
@@ -145,8 +158,10 @@ def _wait_gcs(node: RayNode, deadline: float) -> None:
     raise ClusterError(f"The Ray head on {node.host.name} did not answer on port {node.port}")
 
 
-def form_cluster(d: Deployment) -> None:
-    """Start the head here, have every other host join, wait until each has its node up."""
+def form_cluster(d: Deployment, commit: str = "") -> None:
+    """Start the head here, have every other host join, wait until each has its node up.
+    With `commit` (the Hub weights the lead fetched), each other host fetches that commit
+    into its own Hub cache before its node joins."""
     deadline = time.monotonic() + settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S
     nodes = list(d.ray_nodes.select_related("host"))
     head = next((n for n in nodes if n.role == RayNode.Role.HEAD), None)
@@ -154,7 +169,7 @@ def form_cluster(d: Deployment) -> None:
         raise ClusterError("This deployment spans hosts but has no Ray head node recorded.")
     if head.state == State.PENDING:
         try:
-            if not start_node(head, None):
+            if not start_node(head, None, fetched_weights=bool(commit)):
                 raise ClusterError("The Ray head was stopped before it started.")
         except OSError as exc:
             raise ClusterError(f"Could not start `ray` on {head.host.name}: {exc}") from exc
@@ -164,12 +179,16 @@ def form_cluster(d: Deployment) -> None:
     workers = [n for n in nodes if n.role == RayNode.Role.WORKER]
     for node in workers:
         if node.state == State.PENDING:
-            send("deployments.ray_join", node)
+            send("deployments.ray_join", node, commit=commit)
     _wait_joined(workers, deadline)
 
 
 def _wait_joined(workers: list[RayNode], deadline: float) -> None:
+    """Until every node runs; a host still fetching the weights keeps its node waited for as
+    long as its download moves (a 140 GB model takes longer than any fixed timeout)."""
     pks = [n.pk for n in workers]
+    timeout = settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S
+    moved: dict[int, int] = {}
     while True:
         rows = list(RayNode.objects.filter(pk__in=pks).select_related("host"))
         for node in rows:
@@ -177,24 +196,45 @@ def _wait_joined(workers: list[RayNode], deadline: float) -> None:
                 raise ClusterError(node.reason or f"The Ray node on {node.host.name} ended.")
         if all(n.state == State.RUNNING for n in rows):
             return
+        if _downloads_moved(rows, moved):
+            deadline = max(deadline, time.monotonic() + timeout)
         if time.monotonic() >= deadline:
             late = ", ".join(n.host.name for n in rows if n.state != State.RUNNING)
             raise ClusterError(
-                f"No Ray node started on {late} within {settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S:g}"
-                " s: is its host worker running?"
+                f"No Ray node started on {late} within {timeout:g} s: is its host worker running?"
             )
         time.sleep(0.25)
 
 
-def send(task: str, node: RayNode) -> None:
+def _downloads_moved(nodes: list[RayNode], seen: dict[int, int]) -> bool:
+    """Whether a waiting host's weights download got further since the last look."""
+    waiting = [n.host_id for n in nodes if n.state == State.PENDING]
+    if not waiting:
+        return False
+    live = ModelDownload.objects.filter(
+        deployment_id=nodes[0].deployment_id,
+        host_id__in=waiting,
+        status=DownloadStatus.DOWNLOADING,
+    ).values_list("pk", "bytes_done")
+    moved = False
+    for pk, done in live:
+        if seen.get(pk, -1) != done:
+            moved = True
+        seen[pk] = done
+    return moved
+
+
+def send(task: str, node: RayNode, **kwargs: str) -> None:
     try:
-        celery_app.send_task(task, args=[node.pk], queue=host_queue(node.host.name), retry=True)
+        queue = host_queue(node.host.name)
+        celery_app.send_task(task, args=[node.pk], kwargs=kwargs, queue=queue, retry=True)
     except Exception as exc:  # kombu raises several kinds; the watchdogs clean up either way
         log.warning("could not send %s for ray node %s: %s", task, node.pk, exc)
 
 
-def join(node_pk: int) -> dict[str, str]:
-    """On a worker host: start its node and join the deployment's head."""
+def join(node_pk: int, commit: str = "") -> dict[str, str]:
+    """On a worker host: fetch the weights at `commit` (if any) into this host's Hub cache,
+    then start its node and join the deployment's head."""
     node = RayNode.objects.select_related("deployment", "host").get(pk=node_pk)
     if node.host.name != settings.SHARDBOARD_HOST_NAME or node.state != State.PENDING:
         return {"skipped": f"node is {node.state} on {node.host.name}"}
@@ -203,8 +243,17 @@ def join(node_pk: int) -> dict[str, str]:
     if d.status not in (Status.PENDING, Status.STARTING) or head is None:
         mark(node, State.STOPPED, f"deployment is {d.status}")
         return {"skipped": f"deployment is {d.status}"}
+    if commit:
+        token = sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) or settings.HF_TOKEN
+        fetched = fetching.for_node(d, node.host, commit, token or None)
+        if fetched.ended:
+            if not Deployment.objects.filter(pk=d.pk, status=Status.PENDING).exists():
+                mark(node, State.STOPPED, fetched.ended)  # stopped meanwhile: not a failure
+                return {"skipped": fetched.ended}
+            mark(node, State.EXITED, f"The weights could not be fetched: {fetched.ended}")
+            return {"failed": fetched.ended}
     try:
-        started = start_node(node, head)
+        started = start_node(node, head, fetched_weights=bool(commit))
     except (ClusterError, OSError) as exc:
         mark(node, State.EXITED, f"The Ray node on {node.host.name} could not start: {exc}")
         return {"failed": str(exc)}

@@ -43,6 +43,8 @@ class NodeSpec:
     gpu_indices: tuple[int, ...]
     head_address: str | None  # ``ip:port`` of the head's GCS; None: this node is the head
     owner: str  # the host worker's owner marker
+    hub_cache: str = ""  # this host's Hub cache (HF_HUB_CACHE)
+    hf_offline: bool = False  # the weights were fetched here: no Hub access from the workers
 
     @property
     def marker(self) -> str:
@@ -125,4 +127,11 @@ def node_env(spec: NodeSpec) -> dict[str, str]:
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
     }
+    # vLLM's Ray workers take the driver's HF_* only where the node has none (setdefault,
+    # v1/executor/ray_executor_v2.py:173-175 RayWorkerProc.initialize_worker): set here, each
+    # node resolves the model from its own cache, not from the lead's paths.
+    if spec.hub_cache:
+        env["HF_HUB_CACHE"] = spec.hub_cache
+    if spec.hf_offline:
+        env["HF_HUB_OFFLINE"] = "1"
     return env

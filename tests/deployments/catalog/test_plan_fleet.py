@@ -11,9 +11,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from deployments.models import Deployment, GpuLease, RayNode
+from controlpanel.models import AuditEvent
+from deployments.models import Deployment, GpuLease, ModelDownload, RayNode
 from monitoring.models import Host
-from tests.support.catalog import GIB, login_client
+from tests.support.catalog import GIB, QWEN, login_client
 from tests.support.hosts import sim_host
 from tests.support.hubstub import HubStub
 
@@ -59,6 +60,7 @@ def test_all_online_hosts_yield_a_spanning_plan_and_its_launch(
     ]
     assert p["launch"]["host"] == "fleet-a" and p["launch_hosts"] == ["fleet-b"]
     assert p["launch_block"] == "" and "Ray cluster" in p["launch_note"]
+    assert p["prefetch_hosts"] == []  # a local folder: nothing to fetch
     assert "--distributed-executor-backend ray" in p["commands"]["vllm"]
 
     form = {**p["launch"], "name": "spans", "hosts": p["launch_hosts"]}
@@ -167,3 +169,21 @@ def test_the_default_stays_on_one_host_when_it_holds_the_model(
     html = client.get("/models/local/0/qwen-local/").content.decode()
     assert '<option value="fleet-c" data-online="1" selected>' in html
     assert 'name="hosts" value=' not in html.split('id="launch-form"')[1]
+
+
+def test_a_hub_model_over_several_hosts_offers_a_prefetch_onto_all_of_them(
+    client: Client, operator: Any, hub: HubStub, fleet: list[Host]
+) -> None:
+    login_client(client, operator)
+    response = client.get("/models/plan/", {"ref": QWEN, "target": "fleet"})
+    p = response.json()["plan"]
+    assert p["multi_host"] and p["prefetch_hosts"] == ["fleet-a", "fleet-b"]
+    page = client.get(f"/models/{QWEN}/", {"target": "fleet"}).content.decode()
+    assert 'id="prefetch-plan-form"' in page
+
+    form = {"repo_id": p["launch"]["model_ref"], "revision": "", "hosts": p["prefetch_hosts"]}
+    assert client.post("/models/on-hosts/prefetch/", form).status_code == 302
+    rows = ModelDownload.objects.filter(repo_id=QWEN).values_list("host__name", "status")
+    assert sorted(rows) == [("fleet-a", "queued"), ("fleet-b", "queued")]
+    audit = AuditEvent.objects.get(action="model.prefetch", target_id=QWEN)
+    assert audit.detail["hosts"] == ["fleet-a", "fleet-b"]

@@ -54,7 +54,13 @@ def vllm_env(tmp_path: Path) -> Path:
     return vllm
 
 
-def two_hosts(host_worker: Any, model_root: Path, tmp_path: Path) -> list[WorkerProcess]:
+def two_hosts(
+    host_worker: Any,
+    model_root: Path,
+    tmp_path: Path,
+    per_host: dict[str, dict[str, str]] | None = None,
+) -> list[WorkerProcess]:
+    """The lead and the follower; `per_host`: more environment for either."""
     vllm = vllm_env(tmp_path)
     # parallel runs on one machine apart, below the kernel's ephemeral ports (32768-)
     first_port = 21000 + (os.getpid() % 25) * 400
@@ -72,6 +78,7 @@ def two_hosts(host_worker: Any, model_root: Path, tmp_path: Path) -> list[Worker
                 SHARDBOARD_RAY_PORTS=f"{low}-{low + 199}",
                 SHARDBOARD_STOP_GRACE_S="10",
                 SECRET_KEY=settings.SECRET_KEY,
+                **(per_host or {}).get(name, {}),
             )
         )
     return workers

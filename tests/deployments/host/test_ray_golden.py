@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
+from deployments.host import engine_control
+from deployments.host.downloads import fetching
 from deployments.host.engines import LaunchSpec, VllmAdapter
 from deployments.host.raynodes import commands
+from deployments.models import Deployment
 
 # flag -> where vLLM 0.33.0 defines it (a parser of `vllm serve`)
 VLLM_033_SERVE_FLAGS = {
@@ -135,3 +139,53 @@ def test_port_range_and_ray_next_to_vllm() -> None:
             raise AssertionError(f"{bad!r} was accepted")
     assert commands.ray_executable("", "/opt/vllm-env/bin/vllm") == "/opt/vllm-env/bin/ray"
     assert commands.ray_executable("/usr/local/bin/ray", "/opt/x/vllm") == "/usr/local/bin/ray"
+
+
+COMMIT = "e4c532ab2eccdf358e69fb93f6ad372a6a64d7af"
+
+
+def test_golden_two_host_hub_model_is_the_repo_pinned_to_the_commit_offline() -> None:
+    """A Hub model over two hosts: the lead's snapshot path exists on the lead only, and vLLM
+    gives its model argument as is to every worker (ModelConfig in the VllmConfig each
+    RayWorkerProc gets), which loads it with `os.path.isdir(model)` else
+    `snapshot_download(model, revision=model_config.revision,
+    local_files_only=HF_HUB_OFFLINE)` (model_executor/model_loader/weight_utils.py:337-347,
+    default_loader.py:151-177). So: the repo id, `--revision` the commit every host
+    fetched, HF_HUB_OFFLINE=1; each node's own HF_HUB_CACHE wins over the driver's, which
+    vLLM only fills in with setdefault (v1/executor/ray_executor_v2.py:173-175)."""
+    d = Deployment(model_id="meta-llama/Llama-3.1-70B-Instruct", revision="main")
+    snapshot = Path("/srv/hf/hub/models--meta-llama--Llama-3.1-70B-Instruct/snapshots") / COMMIT
+    model, revision, env = engine_control._weights_ref(d, snapshot, multi_host=True)
+    assert (model, revision) == ("meta-llama/Llama-3.1-70B-Instruct", COMMIT)
+    assert dict(env) == {"HF_HUB_CACHE": str(fetching.cache_dir())}
+    # One host: the snapshot folder itself, no revision.
+    assert engine_control._weights_ref(d, snapshot, multi_host=False) == (str(snapshot), None, ())
+    # Nothing fetched (a local folder, or fetching off): as the launch asked.
+    assert engine_control._weights_ref(d, None, multi_host=True)[:2] == (d.model_id, "main")
+
+    spec = replace(
+        two_host_spec(),
+        model=model,
+        revision=revision,
+        hf_offline=True,
+        extra_env=(("HF_HUB_CACHE", "/srv/hf/hub"),),
+    )
+    cmd = VllmAdapter(executable="/opt/vllm/bin/vllm").build(spec)
+    assert " ".join(cmd.argv) == (
+        "/opt/vllm/bin/vllm serve meta-llama/Llama-3.1-70B-Instruct "
+        "--served-model-name llama-70b --host 0.0.0.0 --port 8100 "
+        f"--tensor-parallel-size 4 --pipeline-parallel-size 2 --revision {COMMIT} "
+        "--gpu-memory-utilization 0.9 "
+        "--max-model-len 8192 --distributed-executor-backend ray"
+    )
+    assert {a for a in cmd.argv if a.startswith("--")} <= set(VLLM_033_SERVE_FLAGS)
+    assert cmd.env["HF_HUB_OFFLINE"] == "1" and cmd.env["HF_HUB_CACHE"] == "/srv/hf/hub"
+    assert "HF_TOKEN" not in cmd.env  # offline: no token goes to the engine
+
+    follower = replace(
+        node(f"{LEAD_ADDRESS}:{PORT}", FOLLOWER_ADDRESS), hub_cache="/data/hf/hub", hf_offline=True
+    )
+    env = commands.node_env(follower)
+    assert env["HF_HUB_CACHE"] == "/data/hf/hub" and env["HF_HUB_OFFLINE"] == "1"
+    plain = commands.node_env(node(f"{LEAD_ADDRESS}:{PORT}", FOLLOWER_ADDRESS))
+    assert "HF_HUB_CACHE" not in plain and "HF_HUB_OFFLINE" not in plain

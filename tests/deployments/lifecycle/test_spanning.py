@@ -13,10 +13,18 @@ from django.utils import timezone
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.host import raywatch
+from deployments.host.raynodes import cluster
 from deployments.lifecycle.forms import LaunchForm
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
-from deployments.models import Deployment, Engine, GpuLease, RayNode
+from deployments.models import (
+    Deployment,
+    DownloadStatus,
+    Engine,
+    GpuLease,
+    ModelDownload,
+    RayNode,
+)
 from monitoring.models import Host
 from tests.support.hosts import sim_host
 
@@ -101,3 +109,27 @@ def test_a_deployment_over_hosts_is_not_scaled(hosts, operator) -> None:
     d.refresh_from_db()
     with pytest.raises(DeploymentError, match="spans several hosts"):
         deployment_scale(user=operator, deployment=d, replicas=2)
+
+
+def test_a_moving_download_keeps_the_join_wait_alive(hosts, operator) -> None:
+    """The lead waits for a further host's node as long as that host's weights download
+    moves; a download that stands still does not extend the wait."""
+    d = launch(operator)
+    nodes = list(RayNode.objects.filter(deployment=d).select_related("host"))
+    follower = next(n for n in nodes if n.role == "worker")
+    row = ModelDownload.objects.create(
+        host=follower.host,
+        repo_id="sbtest/tiny-llama",
+        deployment=d,
+        created_by=operator,
+        status=DownloadStatus.DOWNLOADING,
+    )
+    seen: dict[int, int] = {}
+    assert cluster._downloads_moved(nodes, seen)  # first seen
+    assert not cluster._downloads_moved(nodes, seen)  # no byte since
+    ModelDownload.objects.filter(pk=row.pk).update(bytes_done=1 << 20)
+    assert cluster._downloads_moved(nodes, seen)
+    ModelDownload.objects.filter(pk=row.pk).update(status=DownloadStatus.DONE, bytes_done=2 << 20)
+    assert not cluster._downloads_moved(nodes, seen)  # done: the node's own start counts now
+    RayNode.objects.filter(pk=follower.pk).update(state="running")
+    assert not cluster._downloads_moved(list(RayNode.objects.filter(deployment=d)), {})
