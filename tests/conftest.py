@@ -12,10 +12,22 @@ import pytest
 
 from deployments.catalog.demo_model import make_tiny_llama
 from tests.support.browser import CHROMIUM
-from tests.support.live_server import LiveServer, start_server, stop_server
+from tests.support.live_server import (
+    LiveServer,
+    close_sync_thread_connections,
+    start_server,
+    stop_server,
+)
 from tests.support.personas import make_user
 from tests.support.private_redis import PrivateRedis
 from tests.support.workers import WorkerProcess, spawn_worker
+
+
+@pytest.fixture(autouse=True)
+def no_connection_left_in_the_sync_thread() -> Iterator[None]:
+    """An async test's database connections close with it, wherever they were opened."""
+    yield
+    close_sync_thread_connections()
 
 
 @pytest.fixture
