@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from deployments.catalog.demo_model import make_tiny_llama
-from tests.support.browser import CHROMIUM
+from tests.support.browser import CHROMIUM, sync_calls_beside_playwright
 from tests.support.live_server import (
     LiveServer,
     close_sync_thread_connections,
@@ -76,7 +76,7 @@ def chromium() -> Iterator[Any]:
     # Playwright's sync API keeps an event loop on this thread; the ORM calls that tests make
     # between browser steps are still plain synchronous calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as pw:
+    with sync_playwright() as pw, sync_calls_beside_playwright():
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
             headless=True,
