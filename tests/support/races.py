@@ -8,7 +8,25 @@ from typing import Any
 
 from django.db import connections
 
+from deployments import planning
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
+
+
+def tiny_launches(
+    prefix: str, host: str, count: int, plan: planning.PlanRequest, **fields: Any
+) -> list[LaunchRequest]:
+    """``count`` launches of the tiny model (``local:0/tiny``) on ``host``, named prefix-0,
+    prefix-1...; a field given as a function is called with the launch's index."""
+    return [
+        LaunchRequest(
+            name=f"{prefix}-{i}",
+            model_ref="local:0/tiny",
+            host_name=host,
+            plan_request=plan,
+            **{k: v(i) if callable(v) else v for k, v in fields.items()},
+        )
+        for i in range(count)
+    ]
 
 
 def race_launches(

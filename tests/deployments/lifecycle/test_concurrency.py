@@ -10,10 +10,9 @@ from django.db.models import Sum
 
 from deployments import planning
 from deployments.catalog.demo_model import make_tiny_llama
-from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Deployment, GpuLease
 from tests.support.hosts import sim_host
-from tests.support.races import race_launches
+from tests.support.races import race_launches, tiny_launches
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,15 +28,7 @@ def four_gpu_host(tmp_path_factory, settings):
 def test_twenty_racing_creates(four_gpu_host, operator) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the race is only meaningful on PostgreSQL")
-    requests = [
-        LaunchRequest(
-            name=f"race-{i}",
-            model_ref="local:0/tiny",
-            host_name="racehost",
-            plan_request=planning.PlanRequest(tensor_parallel_size=1),
-        )
-        for i in range(20)
-    ]
+    requests = tiny_launches("race", "racehost", 20, planning.PlanRequest(tensor_parallel_size=1))
     outcomes = race_launches(operator, requests, join_s=60)
     wins = [o for o in outcomes if o == "won"]
     losses = [o for o in outcomes if o != "won"]
@@ -84,15 +75,7 @@ def test_racing_right_sized_launches_never_over_commit_a_gpu(two_small_gpus, ope
         while not done.is_set():
             peaks.append(reservations_by_gpu())
 
-    requests = [
-        LaunchRequest(
-            name=f"share-{i}",
-            model_ref="local:0/tiny",
-            host_name="sharerace",
-            plan_request=planning.PlanRequest(concurrency=8),
-        )
-        for i in range(LAUNCHES)
-    ]
+    requests = tiny_launches("share", "sharerace", LAUNCHES, planning.PlanRequest(concurrency=8))
     outcomes = race_launches(operator, requests, alongside=watch)
 
     wins = [o for o in outcomes if o == "won"]
@@ -125,16 +108,8 @@ def test_racing_launches_of_two_replicas_never_share_a_whole_gpu(four_gpu_host, 
     win, each with both of its replicas; a loser leaves no row behind."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks and concurrent transactions need PostgreSQL")
-    requests = [
-        LaunchRequest(
-            name=f"pair-{i}",
-            model_ref="local:0/tiny",
-            host_name="racehost",
-            plan_request=planning.PlanRequest(tensor_parallel_size=1),
-            replicas=2,
-        )
-        for i in range(10)
-    ]
+    whole_gpu = planning.PlanRequest(tensor_parallel_size=1)
+    requests = tiny_launches("pair", "racehost", 10, whole_gpu, replicas=2)
     outcomes = dict(enumerate(race_launches(operator, requests)))
     wins = sorted(f"pair-{i}" for i, o in outcomes.items() if o == "won")
     assert len(outcomes) == 10 and 1 <= len(wins) <= 2, outcomes
