@@ -41,20 +41,34 @@ STUB_ENGINE = ROOT / "tests" / "engines" / "stub_engine.py"
 HOST = f"bench-{os.getpid()}"
 
 
-def start_worker(work: Path, engine: str) -> subprocess.Popen[bytes]:
+def worker_log(work: Path, name: str) -> Path:
+    return work / f"worker-{name}.log"
+
+
+def start_worker(
+    work: Path,
+    engine: str = "",
+    *,
+    name: str = HOST,
+    gpus: str = "4xH100-80GB@nvlink",
+    **extra_env: str,
+) -> subprocess.Popen[bytes]:
+    """A real host worker on simulated GPUs, in a session of its own; ``engine`` "stub" runs
+    the stub engine in place of transformers. Its output goes to ``worker_log(work, name)``."""
     env = dict(os.environ)
     env.update(
         GPU_BACKEND="simulated",
-        SIMULATED_GPUS="4xH100-80GB@nvlink",
+        SIMULATED_GPUS=gpus,
         MODEL_ROOTS=str(work / "models"),
         HEARTBEAT_INTERVAL_S="1",
         HF_HOME=str(work / "hf"),
+        **extra_env,
     )
     if engine == "stub":
         env["SHARDBOARD_TRANSFORMERS_BIN"] = str(STUB_ENGINE)
-    cmd = [sys.executable, str(ROOT / "manage.py"), "hostworker", "--name", HOST]
+    cmd = [sys.executable, str(ROOT / "manage.py"), "hostworker", "--name", name]
     cmd += ["--loglevel", "WARNING", "--no-default-queue"]
-    with (work / "worker.log").open("wb") as out:
+    with worker_log(work, name).open("wb") as out:
         return subprocess.Popen(
             cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -191,7 +205,7 @@ def main() -> None:
             timeout_s = 30 if args.engine == "stub" else 180
             rounds = [one_round(user, i, timeout_s) for i in range(args.launches)]
         except Exception:
-            print((work / "worker.log").read_text(errors="replace")[-4000:])
+            print(worker_log(work, HOST).read_text(errors="replace")[-4000:])
             raise
         finally:
             os.killpg(worker.pid, signal.SIGTERM)

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
 from engine_spawn import report  # noqa: E402  (the same figures' format)
-from launch_latency import operator, wait_for  # noqa: E402
+from launch_latency import operator, start_worker, wait_for, worker_log  # noqa: E402
 
 HOSTS = (f"bench-lead-{os.getpid()}", f"bench-follower-{os.getpid()}")
 RAY_ENGINE = ROOT / "tests" / "support" / "ray_engine.py"
@@ -47,25 +47,16 @@ def vllm_env(work: Path) -> Path:
     return vllm
 
 
-def start_worker(work: Path, name: str, n: int, vllm: Path) -> subprocess.Popen[bytes]:
+def start_ray_worker(work: Path, name: str, n: int, vllm: Path) -> subprocess.Popen[bytes]:
     low = 21000 + (os.getpid() % 25) * 400 + n * 200  # below the ephemeral ports
-    env = dict(os.environ)
-    env.update(
-        GPU_BACKEND="simulated",
-        SIMULATED_GPUS="1xH100-80GB",
-        MODEL_ROOTS=str(work / "models"),
-        HEARTBEAT_INTERVAL_S="1",
-        HF_HOME=str(work / "hf"),
+    return start_worker(
+        work,
+        name=name,
+        gpus="1xH100-80GB",
         SHARDBOARD_VAR_DIR=str(work / f"{name}-var"),
         SHARDBOARD_VLLM_BIN=str(vllm),
         SHARDBOARD_RAY_PORTS=f"{low}-{low + 199}",
     )
-    cmd = [sys.executable, str(ROOT / "manage.py"), "hostworker", "--name", name]
-    cmd += ["--loglevel", "WARNING", "--no-default-queue"]
-    with (work / f"worker-{name}.log").open("wb") as out:
-        return subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
 
 
 def left_behind(pk: int) -> list[int]:
@@ -133,7 +124,7 @@ def main() -> None:
 
         settings.MODEL_ROOTS = [work / "models"]
         vllm = vllm_env(work)
-        workers = [start_worker(work, name, n, vllm) for n, name in enumerate(HOSTS)]
+        workers = [start_ray_worker(work, name, n, vllm) for n, name in enumerate(HOSTS)]
         try:
             for name in HOSTS:
                 wait_for(lambda n=name: Host.objects.filter(name=n, gpus__isnull=False), 90, 0.2)
@@ -142,7 +133,7 @@ def main() -> None:
             rounds = [one_round(user, i) for i in range(args.launches)]
         except Exception:
             for name in HOSTS:
-                print((work / f"worker-{name}.log").read_text(errors="replace")[-3000:])
+                print(worker_log(work, name).read_text(errors="replace")[-3000:])
             raise
         finally:
             for worker in workers:

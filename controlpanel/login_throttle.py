@@ -39,10 +39,20 @@ def _over(keys: dict[str, int]) -> bool:
 
 
 def _count(keys: dict[str, int]) -> None:
-    for key in keys:
-        # add() starts the window at the first failure; incr() keeps its expiry.
-        if not cache.add(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW_S):
-            cache.incr(key)
+    try:
+        for key in keys:
+            # add() starts the window at the first failure; incr() keeps its expiry.
+            if not cache.add(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW_S):
+                cache.incr(key)
+    except RedisError:  # the failure still stands; only its count is lost
+        log.warning("a failed log-in was not counted: Redis does not answer")
+
+
+def _clear(key: str) -> None:
+    try:
+        cache.delete(key)
+    except RedisError:  # the log-in still succeeds; the count expires with its window
+        log.warning("a log-in's failure count was not cleared: Redis does not answer")
 
 
 class ThrottledAuthenticationForm(AuthenticationForm):
@@ -70,5 +80,5 @@ class ThrottledAuthenticationForm(AuthenticationForm):
         except ValidationError:
             _count(keys)
             raise
-        cache.delete(next(iter(keys)))
+        _clear(next(iter(keys)))
         return cleaned

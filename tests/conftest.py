@@ -11,11 +11,23 @@ from typing import Any
 import pytest
 
 from deployments.catalog.demo_model import make_tiny_llama
-from tests.support.browser import CHROMIUM
-from tests.support.live_server import LiveServer, start_server, stop_server
+from tests.support.browser import CHROMIUM, sync_calls_beside_playwright
+from tests.support.live_server import (
+    LiveServer,
+    close_sync_thread_connections,
+    start_server,
+    stop_server,
+)
 from tests.support.personas import make_user
 from tests.support.private_redis import PrivateRedis
 from tests.support.workers import WorkerProcess, spawn_worker
+
+
+@pytest.fixture(autouse=True)
+def no_connection_left_in_the_sync_thread() -> Iterator[None]:
+    """An async test's database connections close with it, wherever they were opened."""
+    yield
+    close_sync_thread_connections()
 
 
 @pytest.fixture
@@ -64,7 +76,7 @@ def chromium() -> Iterator[Any]:
     # Playwright's sync API keeps an event loop on this thread; the ORM calls that tests make
     # between browser steps are still plain synchronous calls.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as pw:
+    with sync_playwright() as pw, sync_calls_beside_playwright():
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
             headless=True,

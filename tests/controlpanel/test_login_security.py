@@ -10,12 +10,14 @@ import httpx
 import pytest
 import redis
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.test import Client
 
 from controlpanel import webserver
 from controlpanel.models import AuditEvent
 from tests.support.live_server import LiveServer
 from tests.support.personas import PASSWORD
+from tests.support.private_redis import PrivateRedis
 
 pytestmark = pytest.mark.django_db
 
@@ -100,3 +102,43 @@ def test_a_forged_forwarded_for_does_not_reach_the_audit(
         )
     row = AuditEvent.objects.get(action="auth.login_failed")
     assert row.client_ip == "127.0.0.1"
+
+
+@pytest.fixture
+def redis_stopped_during_password_check(
+    private_redis: PrivateRedis, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The throttle's cache on a Redis of the test's own, stopped after the throttle's check
+    and while the password is checked: the outage falls between check and count or clear."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": private_redis.url,
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
+        }
+    }
+    check = ModelBackend.authenticate
+
+    def check_then_stop(self: ModelBackend, *args: Any, **kwargs: Any) -> Any:
+        user = check(self, *args, **kwargs)
+        private_redis.stop()
+        return user
+
+    monkeypatch.setattr(ModelBackend, "authenticate", check_then_stop)
+
+
+@pytest.mark.usefixtures("redis_stopped_during_password_check")
+def test_redis_gone_after_the_check_does_not_fail_a_log_in(
+    client: Client, viewer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert log_in(client, viewer.username, PASSWORD) == "logged in"  # a 500 before the fix
+    assert "_auth_user_id" in client.session
+    assert "not cleared: Redis does not answer" in caplog.text
+
+
+@pytest.mark.usefixtures("redis_stopped_during_password_check")
+def test_redis_gone_after_the_check_still_refuses_a_wrong_password(
+    client: Client, viewer: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert "did not match" in log_in(client, viewer.username, "wrong")
+    assert "not counted: Redis does not answer" in caplog.text

@@ -56,12 +56,24 @@ class ServerProcess(_FORK.Process):
         Server(config).run(sockets=[sock])
 
 
+def close_sync_thread_connections() -> None:
+    """Close the database connections that asgiref's single sync thread opened.
+
+    Async tests run their database_sync_to_async calls on that thread; its connections are
+    its own (thread-local), so closing this thread's would leave them open, and the test
+    database could not be dropped at the session's end ("being accessed by other users")."""
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+
+
 def start_server(port: int = 0) -> ServerProcess:
     # The server is forked after pytest-django switched settings to the test database, so
     # it needs no database set-up of its own.
     connections.close_all()
     # Async tests leave asgiref's single sync thread running here; a forked child would inherit
-    # the executor without its thread and every database_sync_to_async call would hang.
+    # the executor without its thread and every database_sync_to_async call would hang. The old
+    # thread is closed, connections first, rather than left holding them.
+    close_sync_thread_connections()
+    SyncToAsync.single_thread_executor.shutdown(wait=True)
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
     proc = ServerProcess(port)
     proc.start()

@@ -8,11 +8,10 @@ import pytest
 from django.db import connection
 
 from deployments import planning
-from deployments.lifecycle.services import LaunchRequest
 from deployments.models import GpuLease
 from teams.models import Team
 from tests.support.hosts import sim_host
-from tests.support.races import race_launches
+from tests.support.races import race_launches, tiny_launches
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres]
 LAUNCHES = 20
@@ -27,16 +26,8 @@ def test_twenty_racing_launches_never_pass_the_teams_gpu_quota(model_root: Any, 
     sim_host("quotarace", LAUNCHES)
     team = Team.objects.create(name="racers", max_gpus=QUOTA)
     team.members.add(operator)
-    requests = [
-        LaunchRequest(
-            name=f"quota-{i}",
-            model_ref="local:0/tiny",
-            host_name="quotarace",
-            plan_request=planning.PlanRequest(tensor_parallel_size=1),
-            gpu_indices=(i,),
-        )
-        for i in range(LAUNCHES)
-    ]
+    one_gpu = planning.PlanRequest(tensor_parallel_size=1)
+    requests = tiny_launches("quota", "quotarace", LAUNCHES, one_gpu, gpu_indices=lambda i: (i,))
     outcomes = race_launches(operator, requests)
     assert len(outcomes) == LAUNCHES
     wins = outcomes.count("won")

@@ -5,14 +5,14 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.db.models import Sum
 
 from deployments import planning
 from deployments.catalog.demo_model import make_tiny_llama
-from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import Deployment, GpuLease
 from tests.support.hosts import sim_host
+from tests.support.races import race_launches, tiny_launches
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,33 +28,8 @@ def four_gpu_host(tmp_path_factory, settings):
 def test_twenty_racing_creates(four_gpu_host, operator) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the race is only meaningful on PostgreSQL")
-    barrier = threading.Barrier(20)
-    outcomes: list[str] = []
-    lock = threading.Lock()
-
-    def one(i: int) -> None:
-        request = LaunchRequest(
-            name=f"race-{i}",
-            model_ref="local:0/tiny",
-            host_name="racehost",
-            plan_request=planning.PlanRequest(tensor_parallel_size=1),
-        )
-        barrier.wait()
-        try:
-            deployment_create(user=operator, request=request)
-            result = "won"
-        except DeploymentError as exc:
-            result = f"lost: {exc}"
-        finally:
-            connections.close_all()
-        with lock:
-            outcomes.append(result)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    requests = tiny_launches("race", "racehost", 20, planning.PlanRequest(tensor_parallel_size=1))
+    outcomes = race_launches(operator, requests, join_s=60)
     wins = [o for o in outcomes if o == "won"]
     losses = [o for o in outcomes if o != "won"]
     assert len(outcomes) == 20
@@ -94,44 +69,14 @@ def test_racing_right_sized_launches_never_over_commit_a_gpu(two_small_gpus, ope
     through the real service; a watcher sums the active reservations all along."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks and concurrent transactions need PostgreSQL")
-    barrier = threading.Barrier(LAUNCHES + 1)
-    outcomes: list[str] = []
     peaks: list[dict[int, int]] = []
-    lock = threading.Lock()
-    done = threading.Event()
 
-    def one(i: int) -> None:
-        request = LaunchRequest(
-            name=f"share-{i}",
-            model_ref="local:0/tiny",
-            host_name="sharerace",
-            plan_request=planning.PlanRequest(concurrency=8),
-        )
-        barrier.wait()
-        try:
-            deployment_create(user=operator, request=request)
-            result = "won"
-        except DeploymentError as exc:
-            result = str(exc)
-        finally:
-            connections.close_all()
-        with lock:
-            outcomes.append(result)
-
-    def watch() -> None:
-        barrier.wait()
+    def watch(done: threading.Event) -> None:
         while not done.is_set():
             peaks.append(reservations_by_gpu())
-        connections.close_all()
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(LAUNCHES)]
-    watcher = threading.Thread(target=watch)
-    for t in [*threads, watcher]:
-        t.start()
-    for t in threads:
-        t.join(200)
-    done.set()
-    watcher.join(10)
+    requests = tiny_launches("share", "sharerace", LAUNCHES, planning.PlanRequest(concurrency=8))
+    outcomes = race_launches(operator, requests, alongside=watch)
 
     wins = [o for o in outcomes if o == "won"]
     refusals = [o for o in outcomes if o != "won"]
@@ -163,34 +108,9 @@ def test_racing_launches_of_two_replicas_never_share_a_whole_gpu(four_gpu_host, 
     win, each with both of its replicas; a loser leaves no row behind."""
     if connection.vendor != "postgresql":
         pytest.skip("row locks and concurrent transactions need PostgreSQL")
-    barrier = threading.Barrier(10)
-    outcomes: dict[int, str] = {}
-    lock = threading.Lock()
-
-    def one(i: int) -> None:
-        request = LaunchRequest(
-            name=f"pair-{i}",
-            model_ref="local:0/tiny",
-            host_name="racehost",
-            plan_request=planning.PlanRequest(tensor_parallel_size=1),
-            replicas=2,
-        )
-        barrier.wait()
-        try:
-            deployment_create(user=operator, request=request)
-            result = "won"
-        except DeploymentError as exc:
-            result = str(exc)
-        finally:
-            connections.close_all()
-        with lock:
-            outcomes[i] = result
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(10)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(200)
+    whole_gpu = planning.PlanRequest(tensor_parallel_size=1)
+    requests = tiny_launches("pair", "racehost", 10, whole_gpu, replicas=2)
+    outcomes = dict(enumerate(race_launches(operator, requests)))
     wins = sorted(f"pair-{i}" for i, o in outcomes.items() if o == "won")
     assert len(outcomes) == 10 and 1 <= len(wins) <= 2, outcomes
     assert sorted(Deployment.objects.values_list("name", flat=True)) == sorted(wins * 2)
