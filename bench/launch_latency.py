@@ -14,7 +14,7 @@ released. Per launch, sequentially:
 * stop: the engine's exit (this process polls its pid every 2 ms) → the leases' released_at.
   Target <= 1 s. Also stop request → exit, and stop request → released.
 
-`--engine stub` (default) runs tests/engines/stub_engine.py through SHARDBOARD_TRANSFORMERS_BIN,
+`--engine stub` (default) runs tests/support/stub_engine.py through SHARDBOARD_TRANSFORMERS_BIN,
 which is ready at once, so the figures are the panel's own path; `--engine transformers` runs
 the real `transformers serve` on the tiny demo model (fewer launches: each loads a model).
 """
@@ -37,7 +37,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
 from engine_spawn import report  # noqa: E402  (the same figures' format)
 
-STUB_ENGINE = ROOT / "tests" / "engines" / "stub_engine.py"
+STUB_ENGINE = ROOT / "tests" / "support" / "stub_engine.py"
 HOST = f"bench-{os.getpid()}"
 
 
