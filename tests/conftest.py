@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from deployments.catalog.demo_model import make_tiny_llama
+from tests.support import reaper
 from tests.support.browser import CHROMIUM, sync_calls_beside_playwright
 from tests.support.live_server import (
     LiveServer,
@@ -21,6 +23,17 @@ from tests.support.live_server import (
 from tests.support.personas import make_user
 from tests.support.private_redis import PrivateRedis
 from tests.support.workers import WorkerProcess, spawn_worker
+
+
+@pytest.fixture(autouse=True)
+def no_engine_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that starts engines leaves none running: they are killed after it, with a warning
+    naming the test (torn down last, after the test's own workers and deployments)."""
+    yield
+    node = request.node
+    if node.get_closest_marker("engine") or node.get_closest_marker("worker"):
+        if pids := reaper.reap(node.nodeid):
+            warnings.warn(f"{node.nodeid} left engines running: killed {pids}", stacklevel=1)
 
 
 @pytest.fixture(autouse=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from io import StringIO
 
 import pytest
@@ -14,7 +15,7 @@ from benchmarks.models import BenchmarkRun
 from benchmarks.services import BenchmarkError, run_cancel, run_start
 from controlpanel.models import AuditEvent
 from deployments import planning
-from deployments.lifecycle.services import LaunchRequest, deployment_create
+from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment
 from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
@@ -31,7 +32,7 @@ def worker(host_worker, model_root):
 
 
 @pytest.fixture
-def running(worker, operator) -> Deployment:
+def running(worker, operator) -> Iterator[Deployment]:
     request = LaunchRequest(
         name="tinybench",
         model_ref="local:0/tiny",
@@ -41,7 +42,12 @@ def running(worker, operator) -> Deployment:
     d = deployment_create(user=operator, request=request)
     wait_for(lambda: _status(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
     assert d.status == "running", d.failure_reason + worker.log()[-3000:]
-    return d
+    yield d
+    # A host worker that stops leaves its engines serving (by design): stop the deployment
+    # through whichever worker is up now, so no engine outlives the test.
+    if _status(d) == "running":
+        deployment_stop(user=operator, deployment=d)
+        wait_for(lambda: _status(d) == "stopped", timeout_s=60, interval_s=0.2)
 
 
 def _status(obj):
