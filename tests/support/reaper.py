@@ -15,10 +15,14 @@ import psutil
 
 
 def engines_of(nodeid: str) -> list[psutil.Process]:
-    """Engine processes (SHARDBOARD_DEPLOYMENT_ID set) spawned during the test ``nodeid``."""
+    """Orphaned engine processes (SHARDBOARD_DEPLOYMENT_ID set) spawned during the test
+    ``nodeid``. Only orphans: an engine whose parent lives (this process, or a worker of a
+    module-scoped fixture) is still owned by a fixture that later tests share."""
     found = []
-    for proc in psutil.process_iter(["pid"]):
+    for proc in psutil.process_iter(["pid", "ppid"]):
         try:
+            if proc.info["ppid"] not in (0, 1):
+                continue
             env = proc.environ()
         except (psutil.Error, OSError):
             continue
