@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from controlpanel.celery import app as celery_app
-from tests.faults.support import LAUNCHED, reap_engines, results_path
+from tests.faults.support import results_path
 from tests.faults.table import table
 from tests.support.private_postgres import PrivatePostgres
 from tests.support.private_redis import PrivateRedis
@@ -57,14 +57,6 @@ def private_postgres(transactional_db: None, tmp_path: Path) -> Iterator[Private
         connection.settings_dict.update(saved)
         ContentType.objects.clear_cache()
         server.remove()
-
-
-@pytest.fixture(autouse=True)
-def no_engine_left() -> Iterator[None]:
-    """Whatever the test's outcome, no engine it launched outlives it."""
-    LAUNCHED.clear()
-    yield
-    reap_engines(LAUNCHED)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

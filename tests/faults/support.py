@@ -8,10 +8,7 @@ deployment, no engine process is orphaned and no audit row is lost. The figures 
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,10 +46,6 @@ def results_path() -> Path:
     return Path(settings.VAR_DIR) / "faults.json"
 
 
-# Every deployment this test launched, for `reap_engines` at its end.
-LAUNCHED: list[Deployment] = []
-
-
 def launch(operator: Any, name: str, host: str, **kwargs: Any) -> Deployment:
     request = LaunchRequest(
         name=name,
@@ -61,31 +54,7 @@ def launch(operator: Any, name: str, host: str, **kwargs: Any) -> Deployment:
         plan_request=planning.PlanRequest(),
         **kwargs,
     )
-    d = deployment_create(user=operator, request=request)
-    LAUNCHED.append(d)
-    return d
-
-
-def reap_engines(launched: list[Deployment]) -> list[int]:
-    """Kill the process group of every engine of ``launched`` still alive; its pids.
-
-    A host worker stopped at a test's end leaves its engines running by design (the next
-    worker adopts them), so a test that fails before its own Stop would leave one behind.
-    The row is read again when the database answers (it may be down, or flushed already);
-    otherwise the pid and group the test last saw are used."""
-    reaped = []
-    for d in launched:
-        pid, pgid = d.pid, d.pgid
-        with contextlib.suppress(Exception):
-            row = Deployment.objects.filter(pk=d.pk).values_list("pid", "pgid").first()
-            if row and row[0]:
-                pid, pgid = row
-        if pgid and engine_alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, signal.SIGKILL)
-            reaped.append(pid)
-    launched.clear()
-    return reaped
+    return deployment_create(user=operator, request=request)
 
 
 def status_of(d: Deployment) -> str:
