@@ -287,6 +287,11 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
     )
     if not smoke.ok:
         return _failed_start(d, engine, f"the engine answered the smoke test badly: {smoke.reason}")
+    # The steps before the status: a page reloads on the status change and must find `ready`
+    # recorded then (an event sent while it reloads never reaches it).
+    if recorder := launchphases.current(d.pk):
+        logship.catch_up(d.pk)  # the lines that led to ready are read before it is recorded
+        recorder.ready()
     retried(
         lambda: transitions.move(
             d,
@@ -294,8 +299,6 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
             f"ready in {result.elapsed_s:.1f} s; smoke test answered {smoke.text[:60]!r}",
         )
     )
-    if recorder := launchphases.current(d.pk):
-        recorder.ready()
     return {"running": d.pk, "ready_s": round(result.elapsed_s, 2)}
 
 

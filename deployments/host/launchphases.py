@@ -87,8 +87,15 @@ class Recorder:
                 LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=self.row.ended_at)
 
     def ready(self) -> None:
-        self.enter(READY)
-        self.close()
+        """The probe passed. Never fails the launch: the steps are what pages show."""
+        try:
+            self.enter(READY)
+            self.close()
+        except DatabaseError as exc:
+            log.warning("launch steps of deployment %s: ready not recorded: %s", self.pk, exc)
+            with _lock:
+                if _open.get(self.pk) is self:
+                    del _open[self.pk]
 
     def close(self) -> None:
         """The start ended (ready, failed or stopped): the open step ends now."""

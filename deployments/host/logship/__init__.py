@@ -101,6 +101,13 @@ def finish(d: Deployment, log_path: Path | None) -> str:
     return text
 
 
+def catch_up(pk: int, timeout_s: float = 2.0) -> bool:
+    """Every line the engine of `pk` wrote so far has been read (`Follower.catch_up`)."""
+    with _lock:
+        follower = _followers.get(pk)
+    return follower.catch_up(timeout_s) if follower is not None else False
+
+
 def stop_all() -> None:
     """The worker is shutting down: ship what the engines wrote last (they run on)."""
     with _lock:

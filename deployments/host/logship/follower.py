@@ -63,6 +63,9 @@ class Follower:
         self.skipped_bytes = 0
         self._file: IO[bytes] | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a pass now, not at the next poll (stop, catch_up)
+        self._passes = threading.Condition()
+        self._begun = self._ended = 0  # passes begun and ended, for catch_up
         self._warned_at = -WARN_EVERY_S
         self._thread = threading.Thread(target=self._run, name=f"logship-{pk}", daemon=True)
 
@@ -73,18 +76,42 @@ class Follower:
     def stop(self, timeout_s: float = 5.0) -> bool:
         """Ship what is left and end the thread; False if it did not end in time."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         return not self._thread.is_alive()
 
+    def catch_up(self, timeout_s: float = 2.0) -> bool:
+        """Return once a pass that began after this call has ended: every line the engine
+        wrote before the call has been read. The launch calls it when the readiness probe
+        passed, so the lines that led there (the last start-up step) are recorded before
+        `ready` is; without it a fast engine's probe beat the next poll. False on timeout or
+        once the follower has ended."""
+        with self._passes:
+            target = self._begun + 1
+            self._wake.set()
+            self._passes.wait_for(
+                lambda: self._ended >= target or not self._thread.is_alive(), timeout_s
+            )
+            return self._ended >= target
+
     def _run(self) -> None:
         try:
             while True:
-                final = self._stop.wait(self.poll_s)
+                self._wake.wait(self.poll_s)
+                self._wake.clear()
+                final = self._stop.is_set()
+                with self._passes:
+                    self._begun += 1
+                    this_pass = self._begun
                 try:
                     self._pass(SKIP_AHEAD_BYTES if final else PASS_BUDGET_BYTES, final)
                 except (redis.RedisError, OSError) as exc:
                     self._warn(exc)
+                finally:
+                    with self._passes:
+                        self._ended = this_pass
+                        self._passes.notify_all()
                 if final:
                     return
         finally:

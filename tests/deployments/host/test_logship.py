@@ -190,3 +190,23 @@ def test_a_flood_is_skipped_not_chased(pk: int, tmp_path: Path) -> None:
     after_note = texts[texts.index(notes[0]) + 1 :]
     assert after_note[0].startswith("flood line ") and len(after_note[0]) == 59  # a whole line
     assert after_note[-1].startswith("flood line 0119999")
+
+
+def test_catch_up_reads_every_line_written_before_it(pk: int, tmp_path: Path) -> None:
+    """The launch asks for the lines that led to ready before it records ready: with a poll
+    far longer than the test, only catch_up can have read the line."""
+    path = tmp_path / "engine.log"
+    path.write_text("starting\n")
+    seen: list[str] = []
+    shipper = follower(pk, path, poll_s=3600.0, on_lines=seen.extend).start()
+    try:
+        assert shipper.catch_up(5.0)
+        assert seen == ["starting"]
+        with path.open("a") as engine:
+            engine.write("INFO:     Application startup complete.\n")
+        assert shipper.catch_up(5.0)
+        assert seen == ["starting", "INFO:     Application startup complete."]
+        assert stream_texts(pk) == seen
+    finally:
+        assert shipper.stop()
+    assert not shipper.catch_up(0.1)  # an ended follower reads nothing more
