@@ -1,6 +1,11 @@
 """Exports of the audit trail for a time range, as CSV or JSON Lines, streamed: rows are read
 in pages by id (keyset) off the event loop, so a year of rows costs one page of memory. Each
-row carries its position and hashes, so the export can be re-checked outside Shardboard."""
+row carries its position and hashes, so the export can be re-checked outside Shardboard.
+
+The CSV is for spreadsheets: a text cell that begins with = + - @ tab or carriage return (a
+username such as `-2+3`, a target named by a user) is written behind an apostrophe, so that no
+spreadsheet runs it as a formula (OWASP's CSV injection advice). JSON Lines is the exact copy:
+re-check hashes from it, or drop that apostrophe first."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from controlpanel.models import AuditEvent
 from controlpanel.selectors import audit_page
 
 PAGE_ROWS = 2000
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 FORMATS = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson"}
 
 
@@ -85,5 +91,13 @@ def _line(fmt: str, record: dict[str, Any]) -> str:
 
 def _csv_line(values: list[Any]) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer).writerow(["" if v is None else v for v in values])
+    csv.writer(buffer).writerow([_cell(v) for v in values])
     return buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value

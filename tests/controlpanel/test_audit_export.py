@@ -58,6 +58,19 @@ def test_exports_a_time_range_as_csv_and_json_lines(client: Client, admin_user: 
     assert 'filename="shardboard-audit-all-all.csv"' in response["Content-Disposition"]
 
 
+def test_a_csv_cell_is_never_a_formula(client: Client, admin_user: Any) -> None:
+    """A name a user chose reaches a spreadsheet as text; the JSON Lines copy stays exact."""
+    formula = '=HYPERLINK("http://evil.example","x")'
+    audit_record(actor=admin_user, action="test.csv", target_type="deployment", target_id=formula)
+    client.force_login(admin_user)
+    rows = list(csv.DictReader(io.StringIO(_body(client.get("/audit/export.csv")))))
+    (row,) = [r for r in rows if r["action"] == "test.csv"]
+    assert row["target_id"] == "'" + formula
+    assert row["detail"] == "{}" and row["row_hash"][0] not in "=+-@"
+    records = [json.loads(line) for line in _body(client.get("/audit/export.jsonl")).splitlines()]
+    assert [r["target_id"] for r in records if r["action"] == "test.csv"] == [formula]
+
+
 def test_an_exported_row_can_be_rechecked_outside(client: Client, admin_user: Any) -> None:
     audit_record(actor=admin_user, action="test.out", detail={"a": [1, 2]}, ip="::1")
     client.force_login(admin_user)
