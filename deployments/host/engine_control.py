@@ -133,8 +133,12 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     """
     recorder = launchphases.open_for(d)
     snapshot = None
+    joins_sent = False
     if settings.SHARDBOARD_FETCH_WEIGHTS and not _is_local(d):
-        fetched = fetching.for_launch(d, _hub_token(d), recorder)
+        token = _hub_token(d)
+        commit = cluster.fetch_ahead(d, token) if d.plan.get("multi_host") else ""
+        joins_sent = bool(commit)
+        fetched = fetching.for_launch(d, token, recorder, commit)
         if fetched.ended:
             recorder.close()
             if _still(d, Status(d.status)):
@@ -148,7 +152,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
         return {"skipped": "ended while waiting for its turn on a shared GPU"}
     if d.plan.get("multi_host"):
         try:
-            cluster.form_cluster(d, snapshot.name if snapshot else "")
+            cluster.form_cluster(d, snapshot.name if snapshot else "", joins_sent=joins_sent)
         except cluster.ClusterError as exc:
             transitions.fail(d, f"The Ray cluster did not form: {exc}")
             return {"failed": str(exc)}

@@ -54,8 +54,22 @@ def _job(repo_id: str, revision: str, token: str | None) -> hub.Job:
     )
 
 
-def for_launch(d: Deployment, token: str | None, recorder: Recorder) -> Outcome:
-    """The weights of `d` on this host: from an earlier whole download, else from the Hub."""
+def commit_for(d: Deployment, token: str | None) -> str:
+    """The commit the revision of `d` stands for: the one a whole earlier download on this
+    host holds (the Hub is not asked), else the Hub's; "" when the Hub cannot say."""
+    found = complete_snapshot(d.model_id, d.revision)
+    if found is not None:
+        return found.name
+    try:
+        commit, _ = hub.resolve(_job(d.model_id, d.revision, token))
+    except hub.DownloadError:
+        return ""
+    return commit
+
+
+def for_launch(d: Deployment, token: str | None, recorder: Recorder, commit: str = "") -> Outcome:
+    """The weights of `d` on this host: from an earlier whole download, else from the Hub
+    (at `commit` when the launch pinned one for every host)."""
     found = complete_snapshot(d.model_id, d.revision)
     if found is not None:
         recorder.enter(DOWNLOADING, detail="already on this host")
@@ -67,7 +81,7 @@ def for_launch(d: Deployment, token: str | None, recorder: Recorder) -> Outcome:
     def still_wanted() -> bool:
         return Deployment.objects.filter(pk=d.pk, status=status).exists()
 
-    return _fetch_for(d, row, token, still_wanted, recorder)
+    return _fetch_for(d, row, token, still_wanted, recorder, commit)
 
 
 def for_node(d: Deployment, host: Host, commit: str, token: str | None) -> Outcome:
@@ -102,9 +116,13 @@ def _fetch_for(
     token: str | None,
     still_wanted: Callable[[], bool],
     recorder: Recorder | None,
+    commit: str = "",
 ) -> Outcome:
+    """`row.revision` names the manifest (the revision as asked); `commit`, where given, is
+    what is fetched."""
+    job = _job(d.model_id, commit or row.revision, token)
     try:
-        fetched = _run(row, _job(d.model_id, row.revision, token), still_wanted, recorder)
+        fetched = _run(row, job, still_wanted, recorder)
     except hub.Cancelled:
         return Outcome(ended="stopped during the download")
     except hub.DownloadError as exc:

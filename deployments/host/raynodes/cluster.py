@@ -150,18 +150,27 @@ def _wait_gcs(node: RayNode, deadline: float) -> None:
     while time.monotonic() < deadline:
         if node.pid is None or not sv.is_alive(node.pid, node.process_started_at):
             raise ClusterError(f"The Ray head on {node.host.name} exited: {_last_line(node)}")
-        try:
-            with socket.create_connection((node.address, node.port or 0), timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
+        if _answers(node):
+            return
+        time.sleep(0.2)
     raise ClusterError(f"The Ray head on {node.host.name} did not answer on port {node.port}")
 
 
-def form_cluster(d: Deployment, commit: str = "") -> None:
+def fetch_ahead(d: Deployment, token: str | None) -> str:
+    """Pin the commit every host loads and have each other host fetch it now, alongside this
+    one, rather than after it (its join then waits for the head). Returns the commit; ""
+    when it cannot be pinned: this host's own download then says why."""
+    commit = fetching.commit_for(d, token)
+    if commit:
+        for node in d.ray_nodes.filter(role=RayNode.Role.WORKER, state=State.PENDING):
+            send("deployments.ray_join", node, commit=commit)
+    return commit
+
+
+def form_cluster(d: Deployment, commit: str = "", *, joins_sent: bool = False) -> None:
     """Start the head here, have every other host join, wait until each has its node up.
     With `commit` (the Hub weights the lead fetched), each other host fetches that commit
-    into its own Hub cache before its node joins."""
+    into its own Hub cache before its node joins; `joins_sent`: `fetch_ahead` asked them."""
     deadline = time.monotonic() + settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S
     nodes = list(d.ray_nodes.select_related("host"))
     head = next((n for n in nodes if n.role == RayNode.Role.HEAD), None)
@@ -178,7 +187,7 @@ def form_cluster(d: Deployment, commit: str = "") -> None:
     _wait_gcs(head, deadline)
     workers = [n for n in nodes if n.role == RayNode.Role.WORKER]
     for node in workers:
-        if node.state == State.PENDING:
+        if node.state == State.PENDING and not joins_sent:
             send("deployments.ray_join", node, commit=commit)
     _wait_joined(workers, deadline)
 
@@ -196,7 +205,8 @@ def _wait_joined(workers: list[RayNode], deadline: float) -> None:
                 raise ClusterError(node.reason or f"The Ray node on {node.host.name} ended.")
         if all(n.state == State.RUNNING for n in rows):
             return
-        if _downloads_moved(rows, moved):
+        waiting = [n.host_id for n in rows if n.state == State.PENDING]
+        if _downloads_moved(workers[0].deployment_id, waiting, moved):
             deadline = max(deadline, time.monotonic() + timeout)
         if time.monotonic() >= deadline:
             late = ", ".join(n.host.name for n in rows if n.state != State.RUNNING)
@@ -206,14 +216,14 @@ def _wait_joined(workers: list[RayNode], deadline: float) -> None:
         time.sleep(0.25)
 
 
-def _downloads_moved(nodes: list[RayNode], seen: dict[int, int]) -> bool:
-    """Whether a waiting host's weights download got further since the last look."""
-    waiting = [n.host_id for n in nodes if n.state == State.PENDING]
-    if not waiting:
+def _downloads_moved(deployment_id: int, host_ids: list[int], seen: dict[int, int]) -> bool:
+    """Whether a download of the deployment's weights on one of these hosts got further
+    since the last look."""
+    if not host_ids:
         return False
     live = ModelDownload.objects.filter(
-        deployment_id=nodes[0].deployment_id,
-        host_id__in=waiting,
+        deployment_id=deployment_id,
+        host_id__in=host_ids,
         status=DownloadStatus.DOWNLOADING,
     ).values_list("pk", "bytes_done")
     moved = False
@@ -234,13 +244,12 @@ def send(task: str, node: RayNode, **kwargs: str) -> None:
 
 def join(node_pk: int, commit: str = "") -> dict[str, str]:
     """On a worker host: fetch the weights at `commit` (if any) into this host's Hub cache,
-    then start its node and join the deployment's head."""
+    then start its node and join the deployment's head, once the head answers."""
     node = RayNode.objects.select_related("deployment", "host").get(pk=node_pk)
     if node.host.name != settings.SHARDBOARD_HOST_NAME or node.state != State.PENDING:
         return {"skipped": f"node is {node.state} on {node.host.name}"}
     d = node.deployment
-    head = head_address(d)
-    if d.status not in (Status.PENDING, Status.STARTING) or head is None:
+    if d.status not in (Status.PENDING, Status.STARTING):
         mark(node, State.STOPPED, f"deployment is {d.status}")
         return {"skipped": f"deployment is {d.status}"}
     if commit:
@@ -252,12 +261,47 @@ def join(node_pk: int, commit: str = "") -> dict[str, str]:
                 return {"skipped": fetched.ended}
             mark(node, State.EXITED, f"The weights could not be fetched: {fetched.ended}")
             return {"failed": fetched.ended}
+    head, why = _await_head(d)
+    if head is None:
+        ended = not Deployment.objects.filter(
+            pk=d.pk, status__in=[Status.PENDING, Status.STARTING]
+        ).exists()
+        mark(node, State.STOPPED if ended else State.EXITED, why)
+        return {"skipped" if ended else "failed": why}
     try:
         started = start_node(node, head, fetched_weights=bool(commit))
     except (ClusterError, OSError) as exc:
         mark(node, State.EXITED, f"The Ray node on {node.host.name} could not start: {exc}")
         return {"failed": str(exc)}
     return {"joined" if started else "skipped": head}
+
+
+def _await_head(d: Deployment) -> tuple[str | None, str]:
+    """The head's GCS address once it answers, or None and why. A join sent ahead of the
+    lead's own download (`fetch_ahead`) waits here for as long as that download moves."""
+    timeout = settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S
+    deadline = time.monotonic() + timeout
+    moved: dict[int, int] = {}
+    while True:
+        status = Deployment.objects.filter(pk=d.pk).values_list("status", flat=True).first()
+        if status not in (Status.PENDING, Status.STARTING):
+            return None, f"deployment is {status}"
+        head = d.ray_nodes.filter(role=RayNode.Role.HEAD, state=State.RUNNING).first()
+        if head is not None and head.port is not None and _answers(head):
+            return head.gcs_address, ""
+        if _downloads_moved(d.pk, [d.host_id], moved):
+            deadline = max(deadline, time.monotonic() + timeout)
+        if time.monotonic() >= deadline:
+            return None, f"The Ray head of the deployment did not answer within {timeout:g} s."
+        time.sleep(0.25)
+
+
+def _answers(head: RayNode) -> bool:
+    try:
+        with socket.create_connection((head.address, head.port or 0), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def mark(node: RayNode, state: str, reason: str) -> None:

@@ -1,9 +1,9 @@
 """A Hub model over two hosts: every host fetches the weights into its own Hub cache before
 its Ray node runs, and each of vLLM's ranks finds them offline on its own node. Two real host
 workers on loopback (each its own var directory and HF_HOME) download from the Hub stand-in
-with huggingface_hub, form the deployment's Ray cluster, and the Ray test engine resolves the
-model argument in each bundle as vLLM's workers do. A download that fails on the follower
-fails the deployment with that host named and leaves nothing behind."""
+with huggingface_hub, both at once, form the deployment's Ray cluster, and the Ray test
+engine resolves the model argument in each bundle as vLLM's workers do. A download that fails
+on the follower fails the deployment with that host named and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -87,6 +87,7 @@ def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
 ) -> None:
     endpoints = {LEAD: served.url, FOLLOWER: served.url}
     workers = fetching_hosts(host_worker, model_root, tmp_path, endpoints)
+    served.throttle_bps = 160 * 1024  # the tiny model's 0.4 MiB: seconds on each host
     d = launch(operator, workers)
     assert d.status == "running", (d.failure_reason, [w.log()[-3000:] for w in workers])
 
@@ -102,6 +103,9 @@ def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
         assert row.bytes_done == row.bytes_total > 0 and row.commit == commit
         snapshot = tmp_path / f"{name}-hf" / "hub" / "models--sbtest--tiny-llama" / "snapshots"
         assert (snapshot / commit / "model.safetensors").is_file(), name
+    # Both hosts fetched at once: the follower did not wait for the lead's download to end.
+    lead_done = downloads[LEAD].finished_at
+    assert lead_done is not None and downloads[FOLLOWER].created_at < lead_done
     # The follower's node started only once its weights were whole (psutil's start time
     # counts from a boot time in whole seconds: up to a second early).
     node = RayNode.objects.get(deployment=d, host__name=FOLLOWER)
