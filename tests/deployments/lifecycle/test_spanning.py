@@ -4,6 +4,8 @@ first stage runs; refusals say what to change; a worker host gone offline breaks
 
 from __future__ import annotations
 
+import socket
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -125,11 +127,29 @@ def test_a_moving_download_keeps_the_join_wait_alive(hosts, operator) -> None:
         status=DownloadStatus.DOWNLOADING,
     )
     seen: dict[int, int] = {}
-    assert cluster._downloads_moved(nodes, seen)  # first seen
-    assert not cluster._downloads_moved(nodes, seen)  # no byte since
+    hosts = [follower.host_id]
+    assert cluster._downloads_moved(d.pk, hosts, seen)  # first seen
+    assert not cluster._downloads_moved(d.pk, hosts, seen)  # no byte since
     ModelDownload.objects.filter(pk=row.pk).update(bytes_done=1 << 20)
-    assert cluster._downloads_moved(nodes, seen)
+    assert cluster._downloads_moved(d.pk, hosts, seen)
+    assert not cluster._downloads_moved(d.pk, [d.host_id], {})  # another host's does not count
     ModelDownload.objects.filter(pk=row.pk).update(status=DownloadStatus.DONE, bytes_done=2 << 20)
-    assert not cluster._downloads_moved(nodes, seen)  # done: the node's own start counts now
-    RayNode.objects.filter(pk=follower.pk).update(state="running")
-    assert not cluster._downloads_moved(list(RayNode.objects.filter(deployment=d)), {})
+    assert not cluster._downloads_moved(d.pk, hosts, seen)  # done: the node's own start counts now
+    assert not cluster._downloads_moved(d.pk, [], {})  # no host waited for
+
+
+def test_a_join_sent_ahead_waits_for_the_head_to_answer(hosts, operator) -> None:
+    """A further host fetches alongside the lead, then its join waits: for the head's GCS to
+    answer, and not at all once the deployment has ended."""
+    d = launch(operator)
+    head = RayNode.objects.get(deployment=d, role="head")
+    with socket.socket() as gcs:
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen()
+        port = gcs.getsockname()[1]
+        RayNode.objects.filter(pk=head.pk).update(state="running", address="127.0.0.1", port=port)
+        assert cluster._await_head(d) == (f"127.0.0.1:{port}", "")
+    Deployment.objects.filter(pk=d.pk).update(status="stopping")
+    began = time.monotonic()
+    assert cluster._await_head(d) == (None, "deployment is stopping")
+    assert time.monotonic() - began < 1
