@@ -1,6 +1,7 @@
 """The steps of one engine start, kept as rows (``LaunchPhase``) and pushed to the pages.
 
-The launch opens a recorder per start; the download reports its bytes to it, the log shipper
+The launch opens a recorder per start (a worker that adopts a starting engine after a restart
+resumes it); the download reports its bytes to it, the log shipper
 hands it each batch of the engine's lines (``engines.phases`` reads the step from them), and
 the launch closes it with `ready` once the probe passed (or ends it when the start failed).
 A push per step change, and at most one per PUSH_EVERY_S for a step's progress.
@@ -129,6 +130,25 @@ def open_for(d: Deployment) -> Recorder:
     recorder = Recorder(d)
     if not d.restart_count:
         events.reset_progress(events.progress_key("deployment", d.pk))
+    with _lock:
+        _open[d.pk] = recorder
+    return recorder
+
+
+def resume_for(d: Deployment) -> Recorder:
+    """The recorder of a start that a restarted worker adopted: it goes on from the last step
+    the worker before it recorded (the log lines that worker read are not read again), so the
+    start still ends with `ready` and no step is left open."""
+    recorder = Recorder(d)
+    last = (
+        LaunchPhase.objects.filter(deployment_id=d.pk, attempt=d.restart_count)
+        .order_by("-started_at", "-id")
+        .first()
+    )
+    if last is not None:
+        recorder.row = last
+        tracker = recorder.tracker
+        tracker.current, tracker.done, tracker.total = last.phase, last.done, last.total
     with _lock:
         _open[d.pk] = recorder
     return recorder

@@ -32,6 +32,7 @@ from deployments.host import (
     diagnosis,
     engine_control,
     health,
+    launchphases,
     logship,
     restart_policy,
     sweeper,
@@ -108,8 +109,9 @@ def reconcile() -> dict[str, int]:
         if d.pid and _adoptable(d, found.get(str(d.pk)), owner):
             found.pop(str(d.pk))
             counts["adopted"] += 1
+            steps = launchphases.resume_for(d) if d.status == Status.STARTING else None
             if (path := _log_path(d)) is not None:
-                logship.follow(d, path, resume=True)
+                logship.follow(d, path, resume=True, on_lines=steps.feed if steps else None)
             if d.status == Status.STOPPING:
                 engine_control.stop(d.pk)
             elif d.status == Status.STARTING:  # nobody waits on its readiness any more

@@ -13,6 +13,7 @@ import pytest
 
 from controlpanel.celery import host_queue
 from deployments.lifecycle.services import DeploymentError, deployment_stop
+from deployments.models import LaunchPhase
 from tests.faults.support import FAST_HOST, check_after, launch, status_of, wait_status
 from tests.support.processes import ROOT
 from tests.support.workers import start_sim_worker
@@ -41,6 +42,10 @@ def test_worker_killed_while_starting(host_worker, model_root, operator, broker)
     assert d.status == "running", d.failure_reason
     act_again_s = time.monotonic() - start_s
     assert d.events.filter(new_status="running").exists()
+    # the new worker took the start's steps over: they end with ready, none left open
+    steps = LaunchPhase.objects.filter(deployment=d, attempt=d.restart_count)
+    assert steps.filter(phase="ready").exists(), list(steps.values_list("phase", flat=True))
+    assert not steps.filter(ended_at=None).exists()
     deployment_stop(user=operator, deployment=d)
     wait_status(d, {"stopped"}, 60, again)
     check_after("host worker SIGKILLed in starting", act_again_s, [d.pid], ["deployment.stop"])
