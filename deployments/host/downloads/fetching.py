@@ -61,10 +61,9 @@ def commit_for(d: Deployment, token: str | None) -> str:
     if found is not None:
         return found.name
     try:
-        commit, _ = hub.resolve(_job(d.model_id, d.revision, token))
+        return hub.resolve(_job(d.model_id, d.revision, token)).commit
     except hub.DownloadError:
         return ""
-    return commit
 
 
 def for_launch(d: Deployment, token: str | None, recorder: Recorder, commit: str = "") -> Outcome:

@@ -103,18 +103,25 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatch(base, p) for p in patterns)
 
 
-def resolve(job: Job) -> tuple[str, dict[str, int]]:
-    """The commit the revision points at, and the files to fetch with their sizes."""
+@dataclass(frozen=True, slots=True)
+class Revision:
+    commit: str  # what the revision points at
+    files: dict[str, int]  # the files to fetch, with their sizes
+    etags: dict[str, str]  # an LFS file's sha256: the Hub's ETag, the name of its .part
+
+
+def resolve(job: Job) -> Revision:
     api = HfApi(endpoint=job.endpoint or None, token=job.token or False)
     try:
         info = api.model_info(job.repo_id, revision=job.revision or None, files_metadata=True)
     except HfHubHTTPError as exc:
         raise DownloadError(_hub_message(exc)) from exc
-    sizes = {s.rfilename: int(s.size or 0) for s in info.siblings or []}
-    files = select_files(sizes)
+    siblings = info.siblings or []
+    files = select_files({s.rfilename: int(s.size or 0) for s in siblings})
     if not files:
         raise DownloadError(f"{job.repo_id} has no safetensors, .bin or config files to serve")
-    return str(info.sha), files
+    etags = {s.rfilename: s.lfs.sha256 for s in siblings if s.lfs and s.rfilename in files}
+    return Revision(str(info.sha), files, etags)
 
 
 def _hub_message(exc: HfHubHTTPError) -> str:
@@ -127,6 +134,19 @@ def _hub_message(exc: HfHubHTTPError) -> str:
 def cached(job: Job, commit: str, name: str) -> bool:
     found = try_to_load_from_cache(job.repo_id, name, cache_dir=job.cache_dir, revision=commit)
     return isinstance(found, str)
+
+
+def partial_bytes(job: Job, etags: dict[str, str]) -> dict[str, int]:
+    """Bytes an earlier, stopped attempt left of each file (`.shardboard-partial/<etag>.part`):
+    the next attempt goes on from there, so the disk needs only the rest."""
+    folder = job.cache_dir / ".shardboard-partial"
+    found = {}
+    for name, etag in etags.items():
+        try:
+            found[name] = (folder / f"{etag}.part").stat().st_size
+        except OSError:
+            continue
+    return found
 
 
 def check_disk(job: Job, missing_bytes: int) -> None:
@@ -190,12 +210,14 @@ def fetch(
     *,
     on_progress: Callable[[Progress], None],
     should_stop: Callable[[], bool],
-    resolved: tuple[str, dict[str, int]] | None = None,
+    resolved: Revision | None = None,
 ) -> Fetched:
     """Every file of the revision into the cache. Raises DownloadError (or a subclass)."""
-    commit, files = resolved or resolve(job)
+    revision = resolved or resolve(job)
+    commit, files = revision.commit, revision.files
     have = {n for n in files if cached(job, commit, n)}
-    check_disk(job, sum(s for n, s in files.items() if n not in have))
+    begun = partial_bytes(job, revision.etags)
+    check_disk(job, sum(s - min(begun.get(n, 0), s) for n, s in files.items() if n not in have))
     counter = _Counter(files)
     for name in have:
         counter.set(name, files[name])
