@@ -7,6 +7,7 @@ SessionMiddleware and AuthenticationMiddleware would.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -36,6 +37,9 @@ class Caller:
     # The token's own limits (ApiToken.rpm_limit, tokens_per_day_limit); None: the setting.
     rpm_limit: int | None = None
     tokens_per_day_limit: int | None = None
+    # The token's expiry (epoch seconds), checked on every use: an expiry is known in advance,
+    # so unlike a revocation it needs no age bound of the cache to take effect.
+    expires_ts: float | None = None
 
 
 def auth_cache_s() -> float:
@@ -52,7 +56,8 @@ async def authenticate_async(request: HttpRequest) -> Caller:
     if credential is None:
         return await dbwork.in_thread(authenticate, request)
     key = tokens.token_hash(credential)
-    return await token_callers.get_or_load(key, lambda: dbwork.in_thread(authenticate, request))
+    caller = await token_callers.get_or_load(key, lambda: dbwork.in_thread(authenticate, request))
+    return _unexpired(key, caller)
 
 
 async def identify_async(request: HttpRequest) -> Caller:
@@ -62,7 +67,15 @@ async def identify_async(request: HttpRequest) -> Caller:
     if credential is None:
         return await dbwork.in_thread(identify, request)
     key = tokens.token_hash(credential)
-    return await token_callers.get_or_load(key, lambda: dbwork.in_thread(authenticate, request))
+    caller = await token_callers.get_or_load(key, lambda: dbwork.in_thread(authenticate, request))
+    return _unexpired(key, caller)
+
+
+def _unexpired(key: str, caller: Caller) -> Caller:
+    if caller.expires_ts is not None and time.time() >= caller.expires_ts:
+        token_callers.forget(key)
+        raise AccessError(401, "invalid_api_key", "invalid, expired or revoked API token")
+    return caller
 
 
 def identify(request: HttpRequest) -> Caller:
@@ -93,7 +106,8 @@ def _caller(request: HttpRequest, *, csrf: bool) -> Caller:
             raise AccessError(
                 403, "permission_denied", "this API token lacks the 'infer' scope that /v1/ needs"
             )
-        return Caller(token.user, "token", token.rpm_limit, token.tokens_per_day_limit)
+        expires_ts = token.expires_at.timestamp() if token.expires_at else None
+        return Caller(token.user, "token", token.rpm_limit, token.tokens_per_day_limit, expires_ts)
     user = session_user(request)
     if not user.is_authenticated:
         raise AccessError(

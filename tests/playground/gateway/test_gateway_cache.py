@@ -9,14 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+import time_machine
+from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
 from deployments.models import Deployment
-from playground import services
+from playground import services, tokens
+from playground.gateway import access
 from playground.gateway.cache import REFRESH_DELAY_S, TtlCache
 from tests.support.gateway import session_for
 
@@ -262,3 +267,27 @@ async def test_a_load_in_flight_when_the_key_is_forgotten_is_not_kept() -> None:
     release.set()
     assert await waiter == 1  # asked before the revocation: answered
     assert cache.get("k") is None  # but not kept for the next request
+
+
+@pytest.mark.django_db
+def test_an_expired_token_is_refused_at_its_expiry_though_it_is_cached(
+    operator: Any, settings: Any, rf: Any
+) -> None:
+    """An expiry is known in advance: the cache's age bound does not delay it."""
+    settings.PLAYGROUND_AUTH_CACHE_S = 60
+    expires = timezone.now() + timedelta(minutes=5)
+    _, raw = services.token_create(user=operator, name="soon", expires_at=expires)
+    request = rf.post("/v1/chat/completions", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    caller = access.authenticate(request, csrf=False)
+    assert caller.expires_ts == expires.timestamp()
+    key = tokens.token_hash(raw)
+    access.token_callers.put(key, caller)  # as the last request left it
+    try:
+        assert async_to_sync(access.authenticate_async)(request).user == operator
+        with time_machine.travel(expires + timedelta(seconds=1)):
+            with pytest.raises(access.AccessError) as refused:
+                async_to_sync(access.authenticate_async)(request)
+        assert refused.value.status == 401 and "expired" in refused.value.message
+        assert access.token_callers.get(key) is None  # dropped, not answered again
+    finally:
+        access.token_callers.forget(key)
