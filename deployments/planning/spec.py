@@ -163,7 +163,7 @@ def spec_from_config(
             num_heads=heads,
             num_kv_heads=cf.kv_heads(text, heads),
             head_dim=cf.head_dim(text, hidden, heads),
-            intermediate_size=cf.intermediate(text, hidden),
+            intermediate_size=_dense_intermediate(text, hidden),
             vocab_size=cf.int_field(text, "vocab_size", "padded_vocab_size"),
             dtype=_dtype(config, text, safetensors),
             derived_max_model_len=max_len,
@@ -267,6 +267,16 @@ def _flags(text: Mapping[str, Any], model_type: str, config: Mapping[str, Any]) 
         "norm_has_bias": model_type in LAYERNORM_WITH_BIAS,
         "qk_norm": model_type in QK_NORM or bool(text.get("qk_layernorm")),
     }
+
+
+def _dense_intermediate(cfg: Mapping[str, Any], hidden: int) -> int:
+    """The width of a dense layer's MLP. Llama 4's dense layers (Maverick's every other one)
+    are an MLP of intermediate_size_mlp; its intermediate_size is the experts' (vLLM 0.33
+    llama4.py:340-352). Scout has no dense layer, so its own width stands."""
+    step = int(cfg.get("interleave_moe_layer_step") or 0)
+    if cfg.get("intermediate_size_mlp") and step != 1:
+        return int(cfg["intermediate_size_mlp"])
+    return cf.intermediate(cfg, hidden)
 
 
 def _moe(cfg: Mapping[str, Any], layers: int) -> tuple[MoeSpec | None, tuple[bool, ...]]:

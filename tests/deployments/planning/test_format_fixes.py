@@ -147,3 +147,12 @@ def test_llama4_moe_layers_carry_a_shared_expert():
     every_other = {**cfg, "text_config": {**cfg["text_config"], "interleave_moe_layer_step": 2}}
     maverick = ModelSpec.from_config(every_other)
     assert [maverick.is_moe(i) for i in range(4)] == [False, True, False, True]
+    # ... and its dense layers are an MLP of intermediate_size_mlp (Scout has none: 8192 stays)
+    assert (spec.intermediate_size, maverick.intermediate_size) == (8192, 16384)
+    half = {**every_other["text_config"], "intermediate_size_mlp": 8192}
+    narrow = ModelSpec.from_config({**every_other, "text_config": half})
+    dense_added = (
+        estimate_layout(maverick, request, **tp4).per_gpu[0].weights_bytes
+        - estimate_layout(narrow, request, **tp4).per_gpu[0].weights_bytes
+    )
+    assert dense_added == 24 * 3 * 5120 * (16384 - 8192) * 2 // 4
