@@ -55,6 +55,8 @@ class AuditEvent(models.Model):
     seq = models.BigIntegerField(null=True, unique=True, editable=False)
     prev_hash = models.CharField(max_length=64, blank=True, editable=False)
     row_hash = models.CharField(max_length=64, blank=True, editable=False)
+    # The row hash's MAC under the chain's key (auditchain.keyed); "" on rows written before.
+    row_mac = models.CharField(max_length=64, blank=True, editable=False, db_default="")
 
     objects = AuditQuerySet.as_manager()
 

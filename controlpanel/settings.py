@@ -14,6 +14,8 @@ VAR_DIR = Path(env.env_str("SHARDBOARD_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env.env_bool("DEBUG", False)
 SECRET_KEY = env.secret_key(VAR_DIR)
+# Earlier keys, comma-separated: sessions and the audit chain's MACs made with them still verify.
+SECRET_KEY_FALLBACKS = env.env_list("SECRET_KEY_FALLBACKS", "")
 ALLOWED_HOSTS = env.env_list("ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env.env_list("CSRF_TRUSTED_ORIGINS", "")
 

@@ -153,6 +153,10 @@ class AuditOut(Schema):
     client_ip: str | None
     prev_hash: str
     row_hash: str
+    row_mac: str = Field(
+        description="row_hash MACed with the server's audit key (checked by audit_verify); "
+        "empty on rows written before the chain was keyed"
+    )
 
 
 class AuditPageOut(Schema):

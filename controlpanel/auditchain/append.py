@@ -17,6 +17,7 @@ from django.db import connections, models
 from django.utils import timezone
 
 from controlpanel.auditchain.canonical import GENESIS, hash_of
+from controlpanel.auditchain.keyed import mac_of
 
 CHAIN_LOCK_KEY = 0x5EA1_A0D1  # pg_advisory_xact_lock's key for the audit chain
 
@@ -53,3 +54,4 @@ def seal(rows: Sequence[Any], *, using: str) -> None:
         row.seq, row.prev_hash, row.created_at = seq, prev, now
         row.detail = row.detail if row.detail is not None else {}
         row.row_hash = prev = hash_of(row)
+        row.row_mac = mac_of(row.row_hash)

@@ -20,6 +20,7 @@ FIELDS = (
     "detail",
     "prev_hash",
     "row_hash",
+    "row_mac",
 )
 
 

@@ -1,5 +1,5 @@
-"""Walking the chain: every row's hash recomputed, every link and position checked, the
-first break named. Rows are read in pages by position (keyset), so memory stays flat however
+"""Walking the chain: every row's hash recomputed, every link, position and MAC (the chain's
+key, `auditchain.keyed`) checked, the first break named. Rows are read in pages by position (keyset), so memory stays flat however
 long the trail is."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controlpanel.auditchain.canonical import GENESIS, hash_of
+from controlpanel.auditchain.keyed import mac_ok
 from controlpanel.auditchain.records import FIELDS
 from controlpanel.models import AuditEvent
 
@@ -20,7 +21,7 @@ class Break:
     """Where the chain first fails: the row to look at and what is wrong with it."""
 
     row_id: int | None
-    kind: str  # changed | deleted | out_of_order | unchained
+    kind: str  # changed | deleted | out_of_order | unchained | forged | unkeyed
     message: str
 
 
@@ -30,6 +31,8 @@ class Verification:
     head_seq: int  # the last position verified good
     head_hash: str
     broken: Break | None = None
+    keyed_from: int | None = None  # the first position walked that carries a MAC
+    hash_only: int = 0  # rows walked from before the chain was keyed (no MAC)
 
     @property
     def ok(self) -> bool:
@@ -61,7 +64,9 @@ def verify_chain(
         )
     if broken is None:
         broken = _first_unchained()
-    return Verification(state.checked, state.seq, state.hash, broken)
+    return Verification(
+        state.checked, state.seq, state.hash, broken, state.keyed_from, state.hash_only
+    )
 
 
 @dataclass(slots=True)
@@ -70,6 +75,8 @@ class _Walk:
     hash: str
     row_id: int
     checked: int = 0
+    keyed_from: int | None = None
+    hash_only: int = 0
 
     def resume(self, seq: int, digest: str) -> Break | None:
         row = AuditEvent.objects.filter(seq=seq).values_list(*FIELDS, named=True).first()
@@ -77,6 +84,8 @@ class _Walk:
             return Break(None, "deleted", f"The row at position {seq}, verified before, is gone.")
         if hash_of(row) != row.row_hash or row.row_hash != digest:
             return Break(row.id, "changed", _changed(row))
+        if (broken := self._keyed(row)) is not None:
+            return broken
         self.seq, self.hash, self.row_id = seq, digest, row.id
         return None
 
@@ -99,7 +108,33 @@ class _Walk:
                 f"Row {row_id} (position {seq}) does not follow row {self.row_id or '-'} "
                 "before it: it was inserted out of order, or the row before it was replaced.",
             )
+        if (broken := self._keyed(row)) is not None:
+            return broken
         self.seq, self.hash, self.row_id = seq, stored, row_id
+        return None
+
+    def _keyed(self, row: Any) -> Break | None:
+        """The row's MAC, checked last: a content or link break names the row first."""
+        if row.row_mac:
+            if not mac_ok(row.row_hash, row.row_mac):
+                return Break(
+                    row.id,
+                    "forged",
+                    f"Row {row.id} (position {row.seq}, {row.action}) fails the audit key's "
+                    "MAC: its hash was written by someone without the key (a rewrite of the "
+                    "chain from this row on, or a changed SECRET_KEY).",
+                )
+            self.keyed_from = self.keyed_from or row.seq
+        elif self.keyed_from is not None:
+            return Break(
+                row.id,
+                "unkeyed",
+                f"Row {row.id} (position {row.seq}) has no MAC though the rows from position "
+                f"{self.keyed_from} have one: its MAC was removed, or it was written around "
+                "the audit path.",
+            )
+        else:
+            self.hash_only += 1
         return None
 
 

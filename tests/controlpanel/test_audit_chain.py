@@ -4,6 +4,7 @@ trigger refuses raw UPDATE and DELETE."""
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.migrations.loader import MigrationLoader
 
 from controlpanel.audit import audit_event, audit_record
-from controlpanel.auditchain.canonical import GENESIS
+from controlpanel.auditchain.canonical import GENESIS, hash_of
 from controlpanel.audittrail.verify import verify_chain
 from controlpanel.models import AuditEvent
 
@@ -109,6 +110,43 @@ def test_a_changed_row_given_a_new_hash_breaks_the_next_link(
     assert f"Row {rows[1].pk} (position 2, test.row1) was changed" in _verify_fails()
 
 
+def test_a_chain_rewritten_without_the_key_is_named(admin_user: Any, no_trigger: None) -> None:
+    """The attack a hash chain alone misses: a row changed and every hash from it on
+    recomputed. The MACs cannot be, without the key."""
+    rows = _rows(admin_user, 5)
+    prev = rows[1].row_hash
+    for row in AuditEvent.objects.filter(seq__gte=3).order_by("seq"):
+        if row.seq == 3:
+            row.detail = {"i": 99}
+        row.prev_hash = prev
+        prev = row.row_hash = hash_of(row)
+        _raw(
+            "UPDATE controlpanel_auditevent SET detail = %s, prev_hash = %s, row_hash = %s"
+            " WHERE id = %s",
+            [json.dumps(row.detail), row.prev_hash, row.row_hash, row.pk],
+        )
+    message = _verify_fails()
+    assert "(forged)" in message and f"Row {rows[2].pk} (position 3, test.row2)" in message
+
+
+def test_a_removed_mac_is_named(admin_user: Any, no_trigger: None) -> None:
+    rows = _rows(admin_user, 4)
+    _raw("UPDATE controlpanel_auditevent SET row_mac = '' WHERE id = %s", [rows[2].pk])
+    message = _verify_fails()
+    assert "(unkeyed)" in message and f"Row {rows[2].pk} (position 3) has no MAC" in message
+
+
+def test_rows_keyed_before_a_key_rotation_still_verify(admin_user: Any, settings: Any) -> None:
+    _rows(admin_user, 2)
+    old = settings.SECRET_KEY
+    settings.SECRET_KEY, settings.SECRET_KEY_FALLBACKS = "a new key " + "x" * 50, [old]
+    _rows(admin_user, 1)
+    assert verify_chain().ok
+    settings.SECRET_KEY_FALLBACKS = []  # the old key forgotten: its rows no longer prove
+    result = verify_chain()
+    assert result.broken is not None and result.broken.kind == "forged"
+
+
 def test_a_deleted_row_is_named_by_the_row_after_it(admin_user: Any, no_trigger: None) -> None:
     rows = _rows(admin_user, 5)
     _raw("DELETE FROM controlpanel_auditevent WHERE id = %s", [rows[1].pk])
@@ -122,8 +160,6 @@ def test_a_row_inserted_out_of_order_is_named(admin_user: Any) -> None:
     rows = _rows(admin_user, 3)
     forged = AuditEvent(action="test.forged", detail={}, seq=4, prev_hash=GENESIS)
     forged.created_at = rows[-1].created_at
-    from controlpanel.auditchain.canonical import hash_of
-
     forged.row_hash = hash_of(forged)  # a valid hash of its own, linked to the wrong row
     _raw(
         "INSERT INTO controlpanel_auditevent (actor_name, action, target_type, target_id, detail, created_at, seq, prev_hash, row_hash)"
@@ -170,7 +206,9 @@ def test_rows_written_before_the_chain_are_chained_by_the_migration(
     migration.chain_existing_rows(state.apps, _Editor())
     audit_record(actor=admin_user, action="test.new")
     assert list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4]
-    assert verify_chain().ok
+    result = verify_chain()
+    assert result.ok and (result.keyed_from, result.hash_only) == (4, 3)  # keyed from the new row
+    assert "The 3 rows before position 4 carry no MAC" in call_command_output()
 
 
 class _Editor:

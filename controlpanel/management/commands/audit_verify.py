@@ -27,3 +27,14 @@ class Command(BaseCommand):
             f"audit chain verifies: {result.rows_checked} rows, through position "
             f"{result.head_seq} (hash {result.head_hash[:16]}…), in {took_s:.1f} s."
         )
+        if result.hash_only and result.keyed_from:
+            self.stdout.write(
+                f"The {result.hash_only} rows before position {result.keyed_from} carry no MAC "
+                "of the audit key (written before the chain was keyed): their hashes alone "
+                "vouch for them."
+            )
+        elif result.hash_only:
+            self.stdout.write(
+                "No row carries a MAC of the audit key: all were written before the chain was "
+                "keyed, or their MACs were removed. Their hashes alone vouch for them."
+            )
