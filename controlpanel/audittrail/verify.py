@@ -1,6 +1,6 @@
 """Walking the chain: every row's hash recomputed, every link, position and MAC (the chain's
-key, `auditchain.keyed`) checked, the first break named. Rows are read in pages by position (keyset), so memory stays flat however
-long the trail is."""
+key, `auditchain.keyed`) checked, the first break named. Rows are read in pages by position
+(keyset), so memory stays flat however long the trail is."""
 
 from __future__ import annotations
 

@@ -111,6 +111,7 @@ class Revision:
 
 
 def resolve(job: Job) -> Revision:
+    """The commit the revision points at, the files to fetch, and their ETags."""
     api = HfApi(endpoint=job.endpoint or None, token=job.token or False)
     try:
         info = api.model_info(job.repo_id, revision=job.revision or None, files_metadata=True)
