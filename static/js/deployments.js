@@ -2,6 +2,17 @@
 // /ws/deployments/<pk>/log/.
 (function () {
   "use strict";
+  // The page reloads itself (once) when what it shows changed. A form the user is sending (a
+  // Stop, a Scale) is never cut off by that reload: the form's answer is a fresh page anyway.
+  // Bubbling, so a form whose confirm() was declined (default prevented) still lets it reload.
+  let sending = false;
+  let reloading = false;
+  document.addEventListener("submit", function (ev) { if (!ev.defaultPrevented) { sending = true; } });
+  function reloadSoon() {
+    if (reloading) { return; }
+    reloading = true;
+    setTimeout(function () { if (!sending) { location.reload(); } }, 300);
+  }
   function connect(delayMs) {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(proto + "://" + location.host + "/ws/deployments/");
@@ -22,7 +33,7 @@
         });
       }
       if (document.getElementById("timeline") && String(msg.id) === location.pathname.split("/")[2]) {
-        setTimeout(function () { location.reload(); }, 300);
+        reloadSoon();
       }
     };
     ws.onclose = function () { setTimeout(function () { connect(Math.min(delayMs * 2, 10000)); }, delayMs); };
@@ -30,7 +41,6 @@
   // A start's steps: a step's progress in place; a step not yet shown as under way reloads
   // the page (a handful of times per start).
   const steps = document.getElementById("launch-steps");
-  let reloading = false;
   const mib = function (n) { return (n / 1048576).toFixed(1) + " MiB"; };
   function stepText(msg) {
     if (msg.phase === "downloading" && msg.total) {
@@ -45,7 +55,7 @@
   function hostWeights(msg) {
     const li = steps.querySelector('[data-host-download="' + CSS.escape(msg.node_host) + '"]');
     if (!li) {
-      if (!reloading) { reloading = true; setTimeout(function () { location.reload(); }, 300); }
+      reloadSoon();
       return;
     }
     const bar = li.querySelector("progress");
@@ -67,7 +77,7 @@
     if (!steps || String(msg.id) !== steps.dataset.pk) { return; }
     const li = steps.querySelector('[data-step="' + msg.phase + '"]');
     if (!li || li.dataset.state !== "current") {
-      if (!reloading) { reloading = true; setTimeout(function () { location.reload(); }, 300); }
+      reloadSoon();
       return;
     }
     const bar = steps.querySelector('[data-step-bar="' + msg.phase + '"]');
