@@ -23,5 +23,5 @@ def mac_of(row_hash: str, secret: str | None = None) -> str:
 
 
 def mac_ok(row_hash: str, mac: str) -> bool:
-    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    secrets = [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
     return any(constant_time_compare(mac, mac_of(row_hash, secret)) for secret in secrets)

@@ -94,9 +94,7 @@ class Recorder:
             self.close()
         except DatabaseError as exc:
             log.warning("launch steps of deployment %s: ready not recorded: %s", self.pk, exc)
-            with _lock:
-                if _open.get(self.pk) is self:
-                    del _open[self.pk]
+            self._forget()
 
     def close(self) -> None:
         """The start ended (ready, failed or stopped): the open step ends now."""
@@ -104,6 +102,9 @@ class Recorder:
             if self.row is not None and self.row.ended_at is None:
                 LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=timezone.now())
                 self.row.ended_at = timezone.now()
+        self._forget()
+
+    def _forget(self) -> None:
         with _lock:
             if _open.get(self.pk) is self:
                 del _open[self.pk]

@@ -261,11 +261,8 @@ def join(node_pk: int, commit: str = "") -> dict[str, str]:
                 return {"skipped": fetched.ended}
             mark(node, State.EXITED, f"The weights could not be fetched: {fetched.ended}")
             return {"failed": fetched.ended}
-    head, why = _await_head(d)
+    head, why, ended = _await_head(d)
     if head is None:
-        ended = not Deployment.objects.filter(
-            pk=d.pk, status__in=[Status.PENDING, Status.STARTING]
-        ).exists()
         mark(node, State.STOPPED if ended else State.EXITED, why)
         return {"skipped" if ended else "failed": why}
     try:
@@ -276,23 +273,28 @@ def join(node_pk: int, commit: str = "") -> dict[str, str]:
     return {"joined" if started else "skipped": head}
 
 
-def _await_head(d: Deployment) -> tuple[str | None, str]:
-    """The head's GCS address once it answers, or None and why. A join sent ahead of the
-    lead's own download (`fetch_ahead`) waits here for as long as that download moves."""
+def _await_head(d: Deployment) -> tuple[str | None, str, bool]:
+    """The head's GCS address once it answers, or None, why, and whether the deployment
+    ended meanwhile. A join sent ahead of the lead's own download (`fetch_ahead`) waits here
+    for as long as that download moves."""
     timeout = settings.SHARDBOARD_RAY_JOIN_TIMEOUT_S
     deadline = time.monotonic() + timeout
     moved: dict[int, int] = {}
     while True:
         status = Deployment.objects.filter(pk=d.pk).values_list("status", flat=True).first()
         if status not in (Status.PENDING, Status.STARTING):
-            return None, f"deployment is {status}"
+            return None, f"deployment is {status}", True
         head = d.ray_nodes.filter(role=RayNode.Role.HEAD, state=State.RUNNING).first()
         if head is not None and head.port is not None and _answers(head):
-            return head.gcs_address, ""
+            return head.gcs_address, "", False
         if _downloads_moved(d.pk, [d.host_id], moved):
             deadline = max(deadline, time.monotonic() + timeout)
         if time.monotonic() >= deadline:
-            return None, f"The Ray head of the deployment did not answer within {timeout:g} s."
+            return (
+                None,
+                f"The Ray head of the deployment did not answer within {timeout:g} s.",
+                False,
+            )
         time.sleep(0.25)
 
 

@@ -148,8 +148,8 @@ def test_a_join_sent_ahead_waits_for_the_head_to_answer(hosts, operator) -> None
         gcs.listen()
         port = gcs.getsockname()[1]
         RayNode.objects.filter(pk=head.pk).update(state="running", address="127.0.0.1", port=port)
-        assert cluster._await_head(d) == (f"127.0.0.1:{port}", "")
+        assert cluster._await_head(d) == (f"127.0.0.1:{port}", "", False)
     Deployment.objects.filter(pk=d.pk).update(status="stopping")
     began = time.monotonic()
-    assert cluster._await_head(d) == (None, "deployment is stopping")
+    assert cluster._await_head(d) == (None, "deployment is stopping", True)
     assert time.monotonic() - began < 1
