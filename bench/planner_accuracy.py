@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 from deployments.catalog.modelfiles import ModelFilesError  # noqa: E402
 from deployments.catalog.plan_cli import PlanCliError, load_model, run_plan  # noqa: E402
 from deployments.planning import GpuMemory, PlanningError  # noqa: E402
-from deployments.planning.families import FAMILIES, model_family  # noqa: E402
-from deployments.planning.margin import band  # noqa: E402
-from deployments.planning.versions import profile_for  # noqa: E402
+from deployments.planning.memory.versions import profile_for  # noqa: E402
+from deployments.planning.model.families import FAMILIES, model_family  # noqa: E402
+from deployments.planning.search.margin import band  # noqa: E402
 
 GIB = 1 << 30
 

@@ -25,19 +25,20 @@ values in. The entry points, each documented where it is defined:
 """
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
-from .formatnotes import format_notes
-from .inventory import Gpu, Host, Inventory, parse_gpus
-from .kvcache import kv_bytes_per_token
-from .memory import GpuMemory, LayoutMemory, evaluate_layout
-from .notes import layer_notes
-from .plans import GpuRef, Plan, PlanResult
-from .quant import with_hf_quant_config
-from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
-from .result import plan_details, plan_to_json, result_to_json
-from .search import plan
-from .sharing import share_lines, sizes_share
-from .spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
-from .versions import DEFAULT_VLLM_VERSION
+from .fleet.inventory import Gpu, Host, Inventory, parse_gpus
+from .memory.kvcache import kv_bytes_per_token
+from .memory.kvnotes import layer_notes
+from .memory.layout import GpuMemory, LayoutMemory, evaluate_layout
+from .memory.settings import Settings
+from .memory.versions import DEFAULT_VLLM_VERSION
+from .model.formatnotes import format_notes
+from .model.quant import with_hf_quant_config
+from .model.spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
+from .search.plans import GpuRef, Plan, PlanResult
+from .search.request import GOALS, PLACEMENTS, PlanRequest, resolve
+from .search.result import plan_details, plan_to_json, result_to_json
+from .search.search import plan
+from .search.sharing import share_lines, sizes_share
 
 
 def estimate_layout(

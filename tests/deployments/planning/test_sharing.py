@@ -19,7 +19,7 @@ from deployments.planning import (
     plan,
     sharing,
 )
-from deployments.planning.versions import profile_for
+from deployments.planning.memory.versions import profile_for
 from tests.support.planning import LLAMA_8B, LLAMA_70B
 
 GIB = 2**30

@@ -12,17 +12,19 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from deployments.planning.errors import PlanningError
+from deployments.planning.fleet.inventory import Gpu, Inventory, link_rank
+from deployments.planning.fleet.placement import GroupCache, Replica, TpGroup, replicas
+from deployments.planning.memory.checks import layout_errors
+from deployments.planning.memory.layout import LayoutMemory, evaluate_layout
+from deployments.planning.memory.settings import Settings
+from deployments.planning.memory.weights import Shard, rank_weights_bytes
+from deployments.planning.model.spec import ModelSpec
+
 from . import choice, replica_choice, sharing
 from .argv import serve_argv
-from .checks import layout_errors
-from .errors import PlanningError
-from .inventory import Gpu, Inventory, link_rank
-from .memory import LayoutMemory, evaluate_layout
-from .placement import GroupCache, Replica, TpGroup, replicas
 from .plans import GpuRef, Plan, PlanResult
-from .request import PlanRequest, Settings, resolve
-from .spec import ModelSpec
-from .weights import Shard, rank_weights_bytes
+from .request import PlanRequest, resolve
 
 MAX_LAYOUTS = 512  # one request's work stays bounded whatever the inventory and the model
 CUT_SHORT = "search cut short"
