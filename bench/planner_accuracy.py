@@ -1,7 +1,7 @@
 """Planner accuracy against real vLLM start-up logs in ../shared/planner-cases (or
 $PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions, overall and per
 model family (dense, MoE, MLA, hybrid, sliding window, MXFP4/NVFP4, VLM); then the KV error
-by vLLM version against the planner's margin (deployments/planning/margin.py), and how many
+by vLLM version against the planner's margin (deployments/planning/search/margin.py), and how many
 of the real start-ups the planner calls tight."""
 
 from __future__ import annotations

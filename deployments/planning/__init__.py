@@ -11,7 +11,7 @@ values in. The entry points, each documented where it is defined:
   its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
   ``PlanRequest.replicas`` asks for N replicas (None: as many as fit), placed ``spread`` over
   hosts or ``packed``; a plan that fits only within the planner's error band is ``tight``, with
-  its ``tight_reasons`` (margin.py).
+  its ``tight_reasons`` (search/margin.py).
 - ``estimate_layout``: one TP × PP layout on identical GPUs, without an inventory.
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
