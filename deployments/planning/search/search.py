@@ -1,9 +1,10 @@
 """Plan search: TP × PP layouts over an inventory, placed, judged and ranked.
 
-Polynomial in the fleet: TP groups are worked out once per kind of host (placement.GroupCache),
-each layout is judged once per kind of GPU, and per TP size the pipeline stages run from the
-fewest whose memory could hold the weights up to one past the first layout that serves the
-request (never past the model's layers), so 1,024 GPUs try about as many layouts as 16.
+Polynomial in the fleet: TP groups are worked out once per kind of host
+(fleet.placement.GroupCache), each layout is judged once per kind of GPU, and per TP size the
+pipeline stages run from the fewest whose memory could hold the weights up to one past the
+first layout that serves the request (never past the model's layers), so 1,024 GPUs try about
+as many layouts as 16.
 """
 
 from __future__ import annotations
