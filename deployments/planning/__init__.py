@@ -21,7 +21,11 @@ values in. The entry points, each documented where it is defined:
 - ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
   ``InventorySpecError`` are its kinds.
 
-``__all__`` is the public surface; the modules behind it are not.
+``__all__`` is the public surface; the modules behind it are not. They sit in four
+sub-packages, each importing only those below it (an import-linter ``layers`` contract):
+``search`` (the request, the TP × PP search, plans) over ``memory`` (what vLLM makes of one
+layout) and ``fleet`` (inventory, placement), over ``model`` (what config.json says); the
+root's ``errors`` and ``units`` lie under all four.
 """
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
