@@ -1,7 +1,7 @@
 """Planner accuracy against real vLLM start-up logs in ../shared/planner-cases (or
 $PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions, overall and per
 model family (dense, MoE, MLA, hybrid, sliding window, MXFP4/NVFP4, VLM); then the KV error
-by vLLM version against the planner's margin (deployments/planning/margin.py), and how many
+by vLLM version against the planner's margin (deployments/planning/search/margin.py), and how many
 of the real start-ups the planner calls tight."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ sys.path.insert(0, str(ROOT))
 from deployments.catalog.modelfiles import ModelFilesError  # noqa: E402
 from deployments.catalog.plan_cli import PlanCliError, load_model, run_plan  # noqa: E402
 from deployments.planning import GpuMemory, PlanningError  # noqa: E402
-from deployments.planning.families import FAMILIES, model_family  # noqa: E402
-from deployments.planning.margin import band  # noqa: E402
-from deployments.planning.versions import profile_for  # noqa: E402
+from deployments.planning.memory.versions import profile_for  # noqa: E402
+from deployments.planning.model.families import FAMILIES, model_family  # noqa: E402
+from deployments.planning.search.margin import band  # noqa: E402
 
 GIB = 1 << 30
 

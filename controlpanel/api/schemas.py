@@ -8,7 +8,7 @@ from ninja import Field, Schema
 
 from deployments.lifecycle import limits
 from deployments.lifecycle.scaling import MAX_REPLICAS as SCALE_MAX
-from deployments.planning.request import MAX_REPLICAS
+from deployments.planning.search.request import MAX_REPLICAS
 
 
 class Message(Schema):

@@ -14,8 +14,8 @@ from deployments.catalog.commands import docker_lines, k8s_manifest, serve_argv
 from deployments.catalog.plan_targets import PlanTarget
 from deployments.catalog.selectors import concurrency_text
 from deployments.catalog.sources import ModelSource
+from deployments.planning.memory.weights import pp_layer_ranges
 from deployments.planning.units import GIB
-from deployments.planning.weights import pp_layer_ranges
 
 PARTS = (
     ("weights_bytes", "Weights"),

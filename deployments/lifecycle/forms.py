@@ -11,7 +11,7 @@ from deployments import planning
 from deployments.lifecycle import limits
 from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
-from deployments.planning.request import MAX_REPLICAS
+from deployments.planning.search.request import MAX_REPLICAS
 from monitoring.models import Host
 
 

@@ -11,7 +11,7 @@ values in. The entry points, each documented where it is defined:
   its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
   ``PlanRequest.replicas`` asks for N replicas (None: as many as fit), placed ``spread`` over
   hosts or ``packed``; a plan that fits only within the planner's error band is ``tight``, with
-  its ``tight_reasons`` (margin.py).
+  its ``tight_reasons`` (search/margin.py).
 - ``estimate_layout``: one TP × PP layout on identical GPUs, without an inventory.
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
@@ -21,23 +21,28 @@ values in. The entry points, each documented where it is defined:
 - ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
   ``InventorySpecError`` are its kinds.
 
-``__all__`` is the public surface; the modules behind it are not.
+``__all__`` is the public surface; the modules behind it are not. They sit in four
+sub-packages, each importing only those below it (an import-linter ``layers`` contract):
+``search`` (the request, the TP × PP search, plans) over ``memory`` (what vLLM makes of one
+layout) and ``fleet`` (inventory, placement), over ``model`` (what config.json says); the
+root's ``errors`` and ``units`` lie under all four.
 """
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
-from .formatnotes import format_notes
-from .inventory import Gpu, Host, Inventory, parse_gpus
-from .kvcache import kv_bytes_per_token
-from .memory import GpuMemory, LayoutMemory, evaluate_layout
-from .notes import layer_notes
-from .plans import GpuRef, Plan, PlanResult
-from .quant import with_hf_quant_config
-from .request import GOALS, PLACEMENTS, PlanRequest, Settings, resolve
-from .result import plan_details, plan_to_json, result_to_json
-from .search import plan
-from .sharing import share_lines, sizes_share
-from .spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
-from .versions import DEFAULT_VLLM_VERSION
+from .fleet.inventory import Gpu, Host, Inventory, parse_gpus
+from .memory.kvcache import kv_bytes_per_token
+from .memory.kvnotes import layer_notes
+from .memory.layout import GpuMemory, LayoutMemory, evaluate_layout
+from .memory.settings import Settings
+from .memory.versions import DEFAULT_VLLM_VERSION
+from .model.formatnotes import format_notes
+from .model.quant import with_hf_quant_config
+from .model.spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
+from .search.plans import GpuRef, Plan, PlanResult
+from .search.request import GOALS, PLACEMENTS, PlanRequest, resolve
+from .search.result import plan_details, plan_to_json, result_to_json
+from .search.search import plan
+from .search.sharing import share_lines, sizes_share
 
 
 def estimate_layout(

@@ -13,8 +13,8 @@ from deployments.planning import (
     resolve,
     with_hf_quant_config,
 )
-from deployments.planning.families import model_family
-from deployments.planning.formatnotes import format_notes
+from deployments.planning.model.families import model_family
+from deployments.planning.model.formatnotes import format_notes
 from tests.support.planning import fixture_config as raw
 
 GIB = 1 << 30

@@ -3,8 +3,8 @@
 import pytest
 
 from deployments.planning import ModelSpec, kv_bytes_per_token
-from deployments.planning.kvcache import stage_kv
-from deployments.planning.layers import Kind
+from deployments.planning.memory.kvcache import stage_kv
+from deployments.planning.model.layers import Kind
 from tests.support.planning import LLAMA_70B, case_config
 
 

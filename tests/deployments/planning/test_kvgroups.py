@@ -5,9 +5,9 @@ import pytest
 
 from deployments.planning import ModelSpec, PlanningError, PlanRequest, layer_notes, parse_gpus
 from deployments.planning import plan as make_plan
-from deployments.planning.kvcache import stage_kv
-from deployments.planning.kvgroups import KvRules, is_hopper, rules_for
-from deployments.planning.layers import Kind
+from deployments.planning.memory.kvcache import stage_kv
+from deployments.planning.memory.kvgroups import KvRules, is_hopper, rules_for
+from deployments.planning.model.layers import Kind
 from deployments.planning.units import cdiv
 from tests.deployments.planning.test_layers import (
     DEEPSEEK_V3,

@@ -4,9 +4,9 @@ import pytest
 
 from deployments.planning import ModelSpec, PlanRequest, parse_gpus
 from deployments.planning import plan as make_plan
-from deployments.planning.families import model_family
-from deployments.planning.layers import Kind
-from deployments.planning.weights import Shard, rank_weights_bytes
+from deployments.planning.memory.weights import Shard, rank_weights_bytes
+from deployments.planning.model.families import model_family
+from deployments.planning.model.layers import Kind
 from tests.support.planning import LLAMA_8B, fixture_config
 
 QWEN3_NEXT = "Qwen--Qwen3-Next-80B-A3B-Thinking"

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deployments.planning import ModelSpec, PlanRequest, estimate_layout, parse_gpus, plan
-from deployments.planning.kvcache import stage_kv
+from deployments.planning.memory.kvcache import stage_kv
 from tests.support.planning import LLAMA_8B, LLAMA_70B
 
 GIB = 2**30

@@ -15,7 +15,7 @@ from deployments.planning import (
     format_notes,
     with_hf_quant_config,
 )
-from deployments.planning.weights import Shard, rank_weights_bytes
+from deployments.planning.memory.weights import Shard, rank_weights_bytes
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 GIB = 1 << 30

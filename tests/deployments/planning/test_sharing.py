@@ -14,12 +14,11 @@ from deployments.planning import (
     ModelSpec,
     PlanRequest,
     kv_bytes_per_token,
-    margin,
     parse_gpus,
     plan,
-    sharing,
 )
-from deployments.planning.versions import profile_for
+from deployments.planning.memory.versions import profile_for
+from deployments.planning.search import margin, sharing
 from tests.support.planning import LLAMA_8B, LLAMA_70B
 
 GIB = 2**30

@@ -17,7 +17,7 @@ from deployments.planning import (
     plan,
     resolve,
 )
-from deployments.planning.margin import band
+from deployments.planning.search.margin import band
 from tests.support.planning import CASES, LLAMA_8B, case_config, fixture_config
 
 GIB = 2**30

@@ -3,7 +3,7 @@
 import pytest
 
 from deployments.planning import ModelSpec
-from deployments.planning.weights import Shard, pp_layer_ranges, rank_weights_bytes
+from deployments.planning.memory.weights import Shard, pp_layer_ranges, rank_weights_bytes
 from tests.support.planning import LLAMA_8B, LLAMA_70B
 
 GB = 10**9
@@ -89,7 +89,7 @@ def test_vocab_padded_to_64():
 
 
 def test_fp8_runtime_halves_linear_layers():
-    from deployments.planning.quant import runtime
+    from deployments.planning.model.quant import runtime
 
     fp8 = weights(LLAMA_8B, quant=runtime("fp8"))
     linear = 32 * (2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from .request import PlanRequest, Settings
+from deployments.planning.memory.settings import Settings
+
+from .request import PlanRequest
 
 
 def serve_argv(

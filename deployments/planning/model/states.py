@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import PlanningError
-from .units import canonical_dtype, dtype_bytes
+from deployments.planning.errors import PlanningError
+from deployments.planning.units import canonical_dtype, dtype_bytes
 
 GDN = "gated deltanet"
 MAMBA2 = "mamba2"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .memory import GpuMemory
+from deployments.planning.memory.layout import GpuMemory
 
 
 @dataclass(frozen=True, slots=True)

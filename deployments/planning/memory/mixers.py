@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from .layers import STATE_KINDS, Kind, LayerPlan
-from .spec import ModelSpec
-from .states import GDN, MAMBA1, MAMBA2, LinearState
+from deployments.planning.model.layers import STATE_KINDS, Kind, LayerPlan
+from deployments.planning.model.spec import ModelSpec
+from deployments.planning.model.states import GDN, MAMBA1, MAMBA2, LinearState
 
 FP32 = 4
 

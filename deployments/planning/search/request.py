@@ -1,17 +1,19 @@
-"""``PlanRequest``: the user's overrides, and the settings they resolve to on given GPUs."""
+"""``PlanRequest``: the user's overrides, and ``resolve``, which turns them into the
+``Settings`` (memory/settings.py) that ``vllm serve`` would use on given GPUs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from . import quant as quant_mod
-from .errors import PlanningError
-from .kvcache import StageKv, kv_element_bytes, stage_kv
-from .kvgroups import KvRules, is_hopper, rules_for
-from .quant import QuantSpec
-from .spec import ModelSpec
-from .units import canonical_dtype, dtype_bytes
-from .versions import DEFAULT_VLLM_VERSION, VersionProfile, default_batching, profile_for
+from deployments.planning.errors import PlanningError
+from deployments.planning.memory.kvcache import kv_element_bytes
+from deployments.planning.memory.kvgroups import is_hopper, rules_for
+from deployments.planning.memory.settings import Settings
+from deployments.planning.memory.versions import DEFAULT_VLLM_VERSION, default_batching, profile_for
+from deployments.planning.model import quant as quant_mod
+from deployments.planning.model.quant import QuantSpec
+from deployments.planning.model.spec import ModelSpec
+from deployments.planning.units import canonical_dtype, dtype_bytes
 
 GOALS = ("balanced", "throughput")
 PLACEMENTS = ("spread", "packed")
@@ -81,26 +83,6 @@ def _positive(name: str, value: int | None) -> None:
         raise PlanningError(f"{name} must be a positive whole number, got {value}")
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """A request resolved against a model and the smallest GPU of a layout."""
-
-    profile: VersionProfile
-    dtype: str
-    dtype_bytes: int
-    quant: QuantSpec | None
-    moe_align: tuple[int, int]  # MXFP4 expert padding of the kernel vLLM picks on this GPU
-    kv_element_bytes: int
-    max_model_len: int
-    max_model_len_given: bool
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    gpu_memory_utilization: float
-    block_size: int
-    enforce_eager: bool
-    kv_rules: KvRules = field(default_factory=KvRules)
-
-
 def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: str) -> Settings:
     """Fill every default the way ``vllm serve`` would on this GPU."""
     profile = profile_for(req.vllm_version)
@@ -157,16 +139,3 @@ def _quant(spec: ModelSpec, method: str | None) -> QuantSpec | None:
         return quant_mod.runtime(method.lower())
     except ValueError as exc:
         raise PlanningError(str(exc)) from None
-
-
-def settings_kv(spec: ModelSpec, s: Settings, *, tp: int, pp: int, stage: int) -> StageKv:
-    """The KV layout of one stage under these settings (block size, cache dtype, vLLM rules)."""
-    return stage_kv(
-        spec,
-        tp=tp,
-        pp=pp,
-        pp_rank=stage,
-        block_size=s.block_size,
-        element_bytes=s.kv_element_bytes,
-        rules=s.kv_rules,
-    )

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deployments.planning.model.quantspec import QuantSpec
+from deployments.planning.model.spec import MlaSpec, ModelSpec, MoeSpec
+from deployments.planning.model.vision import tower_split_by_tp
+
 from .mixers import layer_parts
-from .quantspec import QuantSpec
-from .spec import MlaSpec, ModelSpec, MoeSpec
-from .vision import tower_split_by_tp
 
 EXPERT_BIAS = frozenset({"gpt_oss"})  # models whose routed experts carry biases
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from deployments.planning.model.spec import ModelSpec
+
 from .contextpar import dcp_errors
 from .registry import removed_error
-from .request import Settings
-from .spec import ModelSpec
+from .settings import Settings
 
 LONG_LEN_HINT = "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
 

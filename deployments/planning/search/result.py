@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .memory import GpuMemory
+from deployments.planning.memory.layout import GpuMemory
+
 from .plans import Plan, PlanResult
 
 GPU_KEYS = (

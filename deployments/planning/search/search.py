@@ -1,9 +1,10 @@
 """Plan search: TP × PP layouts over an inventory, placed, judged and ranked.
 
-Polynomial in the fleet: TP groups are worked out once per kind of host (placement.GroupCache),
-each layout is judged once per kind of GPU, and per TP size the pipeline stages run from the
-fewest whose memory could hold the weights up to one past the first layout that serves the
-request (never past the model's layers), so 1,024 GPUs try about as many layouts as 16.
+Polynomial in the fleet: TP groups are worked out once per kind of host
+(fleet.placement.GroupCache), each layout is judged once per kind of GPU, and per TP size the
+pipeline stages run from the fewest whose memory could hold the weights up to one past the
+first layout that serves the request (never past the model's layers), so 1,024 GPUs try about
+as many layouts as 16.
 """
 
 from __future__ import annotations
@@ -12,17 +13,19 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from deployments.planning.errors import PlanningError
+from deployments.planning.fleet.inventory import Gpu, Inventory, link_rank
+from deployments.planning.fleet.placement import GroupCache, Replica, TpGroup, replicas
+from deployments.planning.memory.checks import layout_errors
+from deployments.planning.memory.layout import LayoutMemory, evaluate_layout
+from deployments.planning.memory.settings import Settings
+from deployments.planning.memory.weights import Shard, rank_weights_bytes
+from deployments.planning.model.spec import ModelSpec
+
 from . import choice, replica_choice, sharing
 from .argv import serve_argv
-from .checks import layout_errors
-from .errors import PlanningError
-from .inventory import Gpu, Inventory, link_rank
-from .memory import LayoutMemory, evaluate_layout
-from .placement import GroupCache, Replica, TpGroup, replicas
 from .plans import GpuRef, Plan, PlanResult
-from .request import PlanRequest, Settings, resolve
-from .spec import ModelSpec
-from .weights import Shard, rank_weights_bytes
+from .request import PlanRequest, resolve
 
 MAX_LAYOUTS = 512  # one request's work stays bounded whatever the inventory and the model
 CUT_SHORT = "search cut short"

@@ -4,8 +4,8 @@ reuses the TP ranks to split each request's KV tokens, so every rank caches 1/dc
 
 from __future__ import annotations
 
-from .layers import Kind
-from .spec import ModelSpec
+from deployments.planning.model.layers import Kind
+from deployments.planning.model.spec import ModelSpec
 
 
 def dcp_errors(spec: ModelSpec, tp: int, dcp: int) -> list[str]:

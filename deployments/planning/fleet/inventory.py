@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from .errors import InventorySpecError
-from .units import GIB
+from deployments.planning.errors import InventorySpecError
+from deployments.planning.units import GIB
 
 # best first; "NET" is the host-to-host link
 LINK_ORDER = ("NV", "PIX", "PXB", "PHB", "NODE", "SYS", "NET")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ModelSpecError
+from deployments.planning.errors import ModelSpecError
 
 TEXT_KEYS = ("text_config", "llm_config", "language_config")
 MAX_CONTEXT_TOKENS = 1 << 28

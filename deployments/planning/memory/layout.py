@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from deployments.planning.model.spec import ModelSpec
+from deployments.planning.units import GIB, gib
+
 from .activation import activation_bytes, cuda_graph_bytes, non_torch_bytes
 from .checks import layout_errors
 from .kvcache import StageKv
-from .request import Settings, settings_kv
-from .spec import ModelSpec
-from .units import GIB, gib
+from .settings import Settings, settings_kv
 from .weights import Shard, rank_weights_bytes
 
 NO_KV_MEMORY = (

@@ -3,10 +3,11 @@ transformer of the same size (per-sequence states, windows, chunks, latents). Pu
 
 from __future__ import annotations
 
+from deployments.planning.model.layers import Kind, LayerCache, LayerPlan
+from deployments.planning.model.spec import ModelSpec
+from deployments.planning.units import MIB
+
 from .kvcache import layer_plan_of
-from .layers import Kind, LayerCache, LayerPlan
-from .spec import ModelSpec
-from .units import MIB
 
 
 def layer_notes(spec: ModelSpec, *, tp: int = 1, dtype_bytes: int = 2) -> tuple[str, ...]:

@@ -6,12 +6,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from deployments.planning.errors import ModelSpecError
+from deployments.planning.units import canonical_dtype
+
 from . import config_fields as cf
 from . import quant as quant_mod
-from .errors import ModelSpecError
 from .layers import LayerPlan, layer_plan
 from .quant import QuantSpec
-from .units import canonical_dtype
 from .vision import vision_embeds, vision_parameters
 
 

@@ -7,9 +7,10 @@ workspaces)."""
 
 from __future__ import annotations
 
-from .request import Settings
-from .spec import ModelSpec, MoeSpec
-from .units import MIB
+from deployments.planning.model.spec import ModelSpec, MoeSpec
+from deployments.planning.units import MIB
+
+from .settings import Settings
 from .weights import Shard, kv_heads_per_rank, pp_layer_ranges
 
 # NCCL channel/NVLS buffers plus custom all-reduce IPC buffers, once TP > 1 (H100 NVLink logs)

@@ -3,9 +3,10 @@ grouping of hybrid models (sliding, chunked, linear attention, Mamba) is in kvgr
 
 from __future__ import annotations
 
+from deployments.planning.model.layers import STATE_KINDS, Kind, LayerCache, LayerPlan
+from deployments.planning.model.spec import ModelSpec
+
 from .kvgroups import Geometry, KvRules, StageKv, counted, per_token_bytes, stage_layout
-from .layers import STATE_KINDS, Kind, LayerCache, LayerPlan
-from .spec import ModelSpec
 from .weights import pp_layer_ranges
 
 __all__ = ["StageKv", "kv_bytes_per_token", "kv_element_bytes", "layer_plan_of", "stage_kv"]

@@ -1,6 +1,6 @@
 """One line per way a model's weights are stored unlike a dense 16-bit transformer of the same
 size (quantized formats, vision encoders), for the plan panel: an operator sees why the numbers
-differ. Pure; the KV-cache side is notes.py."""
+differ. Pure; the KV-cache side is memory/kvnotes.py."""
 
 from __future__ import annotations
 

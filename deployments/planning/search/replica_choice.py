@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from .inventory import Gpu, Inventory
+from deployments.planning.fleet.inventory import Gpu, Inventory
+from deployments.planning.fleet.placement import Replica
+from deployments.planning.memory.layout import LayoutMemory
+from deployments.planning.memory.settings import Settings
+from deployments.planning.model.spec import ModelSpec
+
 from .margin import layout_tight, startup_tight
-from .memory import LayoutMemory
-from .placement import Replica
-from .request import PlanRequest, Settings
-from .spec import ModelSpec
+from .request import PlanRequest
 
 Judged = tuple[Replica, LayoutMemory, Settings]
 

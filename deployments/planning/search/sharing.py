@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from deployments.planning.fleet.inventory import Gpu, Inventory
+from deployments.planning.memory.layout import GpuMemory, LayoutMemory, evaluate_layout
+from deployments.planning.memory.settings import Settings, settings_kv
+from deployments.planning.model.spec import ModelSpec
+from deployments.planning.units import GIB, MIB
+
 from . import margin
-from .inventory import Gpu, Inventory
-from .memory import GpuMemory, LayoutMemory, evaluate_layout
 from .plans import Plan
-from .request import PlanRequest, Settings, settings_kv
-from .spec import ModelSpec
-from .units import GIB, MIB
+from .request import PlanRequest
 
 # KV cache sized above the stated load: the memory model's error on the non-KV part (within
 # a few hundred MiB on the recorded cases) comes out of the KV cache, never out of the load;

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from deployments.planning.errors import ModelSpecError
+
 from . import modelopt
-from .errors import ModelSpecError
 from .quantspec import QuantSpec as QuantSpec
 
 INT_METHODS = frozenset({"awq", "awq_marlin", "auto_awq", "gptq", "gptq_marlin", "auto_gptq"})

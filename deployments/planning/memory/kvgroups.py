@@ -13,8 +13,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .layers import STATE_KINDS, Kind, LayerCache
-from .units import cdiv
+from deployments.planning.model.layers import STATE_KINDS, Kind, LayerCache
+from deployments.planning.units import cdiv
 
 MAX_SEARCH_LEN = 1 << 24
 

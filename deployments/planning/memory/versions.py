@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import PlanningError
-from .units import GIB, MIB
+from deployments.planning.errors import PlanningError
+from deployments.planning.units import GIB, MIB
 
 DEFAULT_VLLM_VERSION = "0.33.0"
 

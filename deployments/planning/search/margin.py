@@ -33,12 +33,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .inventory import Gpu
-from .memory import GpuMemory, LayoutMemory
-from .request import Settings, settings_kv
-from .spec import ModelSpec
-from .units import MIB, gib
-from .versions import VersionProfile
+from deployments.planning.fleet.inventory import Gpu
+from deployments.planning.memory.layout import GpuMemory, LayoutMemory
+from deployments.planning.memory.settings import Settings, settings_kv
+from deployments.planning.memory.versions import VersionProfile
+from deployments.planning.model.spec import ModelSpec
+from deployments.planning.units import MIB, gib
 
 FLOOR_BYTES = 256 * MIB
 BUDGET_FRACTION = 0.005
