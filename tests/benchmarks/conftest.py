@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.loadgen.stats import RequestResult, summarize
+from benchmarks.host.level_readings import add_readings
+from benchmarks.host.loadgen.stats import RequestResult, summarize
 from benchmarks.models import BenchmarkRun
-from benchmarks.readings import add_readings
 from deployments.models import Deployment
 from monitoring.gpus.base import GpuSample, HostSample
 from monitoring.history import raw_key

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import gpu_series
-from benchmarks.reading import LevelEvidence, read_level
+from benchmarks.bottleneck import LevelEvidence, read_level
 from monitoring.gpus.base import HostSample
 from monitoring.selectors import samples_between
 
