@@ -1,4 +1,4 @@
-"""The stored levels plus their GPU figures and bottleneck readings (reading.py's rules).
+"""The stored levels plus their GPU figures and bottleneck readings (bottleneck.py's rules).
 
 The GPU figures come from the samples the monitoring already keeps in Redis, read through
 monitoring.selectors; the rest from the level's own figures.
