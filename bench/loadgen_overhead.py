@@ -7,7 +7,7 @@
 
 Overhead: a stand-in engine that answers at once (tests/support/stub_upstream.py, its own
 process, vLLM's dialect, --tokens chunks per answer, no pause) and the generator
-(benchmarks.loadgen, one asyncio loop, as the host task runs it) at each concurrency: requests
+(benchmarks.host.loadgen, one asyncio loop, as the host task runs it) at each concurrency: requests
 per second sustained, output tokens per second, and the CPU each side used (of one core). The
 highest requests/s is the generator's ceiling on this machine: engines slower than that are
 measured, not the generator.
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "bench"))
 from proxy_overhead import Connection  # noqa: E402
 
-from benchmarks.loadgen.client import Target  # noqa: E402
-from benchmarks.loadgen.runner import LevelPlan, run_level  # noqa: E402
-from benchmarks.loadgen.stats import summarize  # noqa: E402
+from benchmarks.host.loadgen.client import Target  # noqa: E402
+from benchmarks.host.loadgen.runner import LevelPlan, run_level  # noqa: E402
+from benchmarks.host.loadgen.stats import summarize  # noqa: E402
 from benchmarks.workload import parse_workload, request_stream  # noqa: E402
 
 
@@ -164,7 +164,7 @@ def agree(args: argparse.Namespace) -> None:
             g = asyncio.run(generator_level(args.agree, workload, c, args.requests))
             r = asyncio.run(raw_level(args.agree, workload, c, args.requests))
             print(
-                f"{c:>5} {'benchmarks.loadgen':>22} {g['ttft_ms']['p50']:>12.1f} {g['ttft_ms']['p95']:>12.1f} {g['output_throughput']:>8.1f}"
+                f"{c:>5} {'benchmarks.host.loadgen':>22} {g['ttft_ms']['p50']:>12.1f} {g['ttft_ms']['p95']:>12.1f} {g['output_throughput']:>8.1f}"
             )
             print(
                 f"{c:>5} {'proxy_overhead client':>22} {r['ttft_p50']:>12.1f} {r['ttft_p95']:>12.1f} {r['output_throughput']:>8.1f}"

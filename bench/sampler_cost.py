@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from monitoring.gpus import GpuBackend, GpuBackendError, HostSample
 from monitoring.gpus.simulated import SimulatedBackend
+from monitoring.host.sampler import Sampler
 from monitoring.payloads import live_message
-from monitoring.sampler import Sampler
 
 GIB = 1024**3
 
@@ -36,11 +36,12 @@ def make_sink(host: str) -> tuple[Callable[[HostSample], None], str]:
         return (lambda s: None), "sample only (REDIS_URL unset: no history append)"
     import redis
 
-    from monitoring.history import History, minute_key, raw_key
+    from monitoring.history import minute_key, raw_key
+    from monitoring.host.history_writer import HistoryWriter
 
     client = redis.Redis.from_url(url)
     client.delete(raw_key(host), minute_key(host))
-    history = History(client)
+    history = HistoryWriter(client)
 
     def sink(sample: HostSample) -> None:
         history.append(host, sample)

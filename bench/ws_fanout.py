@@ -242,11 +242,12 @@ def orchestrate(args: argparse.Namespace) -> None:
     from django.contrib.auth.models import Group
     from django.test import Client
 
-    from monitoring import selectors, worker
+    from monitoring import selectors
     from monitoring.gpus.simulated import SimulatedBackend
     from monitoring.history import minute_key, owners_key, raw_key
+    from monitoring.host import worker
+    from monitoring.host.sampler import Sampler
     from monitoring.models import Host
-    from monitoring.sampler import Sampler
 
     user, _ = get_user_model().objects.get_or_create(username="bench-viewer")
     user.groups.add(Group.objects.get_or_create(name="viewer")[0])
@@ -273,7 +274,7 @@ def orchestrate(args: argparse.Namespace) -> None:
         }
         backend = SimulatedBackend("8xH100-80GB@nvlink", state_dir=Path(tmp), seed=1)
         worker.register(HOST, backend)
-        agent = worker.HostAgent(HOST, backend, selectors.history())
+        agent = worker.HostAgent(HOST, backend, worker.history_writer())
         sampler = Sampler(backend, agent.sink(), interval_s=1.0, name="bench-sampler")
         sampler.start()
         try:

@@ -31,6 +31,10 @@ _NEXT: dict[str, frozenset[str]] = {
 
 
 class BenchmarkRun(models.Model):
+    """One benchmark of a running deployment: created by ``benchmarks.services.run_start``
+    (web, with its audit row); its status, progress and figures per level written by the host
+    worker that runs it (``benchmarks.host.run``); a cancel only sets ``cancel_requested``."""
+
     deployment = models.ForeignKey(
         Deployment, on_delete=models.CASCADE, related_name="benchmark_runs"
     )

@@ -8,8 +8,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from benchmarks import gpu_series, summary
+from benchmarks.bottleneck import compare_layouts
 from benchmarks.models import BenchmarkRun
-from benchmarks.reading import compare_layouts
 from benchmarks.workload import WorkloadError, parse_workload
 from deployments.models import Deployment
 from monitoring.selectors import samples_between

@@ -12,7 +12,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlpanel.settings")
 app = Celery("shardboard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 # The packages whose `tasks` modules hold tasks (the web sends them by name and imports none).
-app.autodiscover_tasks(["controlpanel", "deployments.host", "benchmarks", "teams"])
+app.autodiscover_tasks(["controlpanel", "deployments.host", "benchmarks.host", "teams.host"])
 
 _QUEUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 

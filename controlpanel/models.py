@@ -40,6 +40,10 @@ class AuditQuerySet(models.QuerySet["AuditEvent"]):
 
 
 class AuditEvent(models.Model):
+    """One audited action (who, what, on which target, with which detail), written once by
+    the services, tasks and the gateway through ``controlpanel.audit`` and sealed into the hash
+    chain in the writer's transaction (``auditchain.append``); never updated nor deleted."""
+
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )

@@ -9,12 +9,12 @@ from datetime import date, datetime
 from typing import Any
 
 import redis
-from django.conf import settings
 from django.core.paginator import Page
 from django.db.models import QuerySet
 from django.http import QueryDict
 from django.utils import timezone
 
+from controlpanel import redisconn
 from controlpanel.models import AuditEvent
 from monitoring.models import Host
 
@@ -30,7 +30,7 @@ class LiveStatus:
 def live_data_status() -> LiveStatus:
     """Whether Redis (live samples, channel layer, task queue) answers right now."""
     try:
-        client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5)
+        client = redisconn.client(connect_timeout_s=0.5)
         client.ping()
     except redis.RedisError as exc:
         log.warning("Redis at REDIS_URL does not answer: %s", exc)

@@ -234,7 +234,7 @@ PLAYGROUND_MAX_BODY_BYTES = env.env_int(
 # Choices per request (`n`, `best_of`): each is a whole generation on the engine.
 PLAYGROUND_MAX_CHOICES = env.env_int("PLAYGROUND_MAX_CHOICES", 8, low=1, high=128)
 # How often each host worker checks the teams' monthly GPU-hours against their running
-# deployments (teams.tasks); 0: never.
+# deployments (teams.host.tasks); 0: never.
 SHARDBOARD_QUOTA_CHECK_S = env.env_float("SHARDBOARD_QUOTA_CHECK_S", 60, low=0, high=86400)
 # Rate limits on /v1/, counted in Redis for every web process (playground.gateway.ratelimit);
 # 0: no limit. Minutes and days are UTC windows.

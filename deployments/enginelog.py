@@ -25,6 +25,8 @@ import redis
 from django.conf import settings
 from redis.connection import parse_url
 
+from controlpanel import redisconn
+
 KEY_PREFIX = "shardboard:englog"
 STREAM_MAX_LINES = 5000  # per deployment; approximate trimming may keep up to ~100 more
 TAIL_LINES = 200  # shown on load, and saved on the row when the engine ends
@@ -55,7 +57,7 @@ def _db_of(url: str) -> int:
 
 @cache
 def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=5)
+    return redisconn.client(url=url, connect_timeout_s=1, timeout_s=5)
 
 
 def client() -> redis.Redis:

@@ -13,26 +13,25 @@ Keys (host names sanitised to ``[A-Za-z0-9._-]``):
   worker) as it is when the minute is aggregated. Minutes are aggregated from the raw stream
   once they are over, so a restarted worker catches up and two writers cannot write one
   minute twice.
+
+This module is both sides' common ground: the keys, the storage codec and the reads. The
+writes (append, downsampling) run in the host worker only: ``monitoring.host.history_writer``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 import re
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 
 from monitoring.gpus.base import GpuProcess, GpuSample, HostSample
 from monitoring.payloads import SERIES_FIELDS, SERIES_KEYS, display_value
-
-log = logging.getLogger(__name__)
 
 KEY_PREFIX = "shardboard:gpu"
 RAW_RETENTION_S = 3600
@@ -91,116 +90,17 @@ def _decode_gpu(row: list[Any]) -> GpuSample:
     return GpuSample(**values)
 
 
-# --- downsampling (pure) ----------------------------------------------------------------
-
-
-def owner_split(gpu: GpuSample, owners: Mapping[str, str]) -> tuple[dict[str, int], int]:
-    """Bytes per deployment on one GPU, and the rest of its used memory ("other")."""
-    split: dict[str, int] = {}
-    for process in gpu.processes:
-        owner = owners.get(str(process.pid))
-        if owner and process.used_memory_bytes is not None:
-            split[owner] = split.get(owner, 0) + process.used_memory_bytes
-    return split, max(0, (gpu.memory_used_bytes or 0) - sum(split.values()))
-
-
-def aggregate_minute(
-    samples: Iterable[HostSample], owners: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """min/mean/max per GPU and metric over the samples of one minute (unknowns skipped),
-    and the mean memory split by owner (a deployment absent from a sample counts as 0 there,
-    so the means stack up to the mean memory used)."""
-    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    split: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    other: dict[int, int] = defaultdict(int)
-    count = 0
-    for sample in samples:
-        count += 1
-        for gpu in sample.gpus:
-            for key, attr in SERIES_FIELDS.items():
-                value = getattr(gpu, attr)
-                if value is not None:
-                    values[gpu.index][key].append(float(value))
-            if gpu.memory_used_bytes is not None:
-                owned, rest = owner_split(gpu, owners or {})
-                for name, used in owned.items():
-                    split[gpu.index][name] += used
-                other[gpu.index] += rest
-    gpus: dict[str, dict[str, Any]] = {
-        str(index): {key: [min(v), round(sum(v) / len(v), 2), max(v)] for key, v in metrics.items()}
-        for index, metrics in values.items()
-    }
-    for index, metrics in gpus.items():
-        known = len(values[int(index)].get("m", ()))
-        if known:
-            metrics["dm"] = {name: round(b / known) for name, b in split[int(index)].items()}
-            metrics["mo"] = round(other[int(index)] / known)
-    return {"n": count, "g": gpus}
-
-
 class History:
+    """Reads the streams (pages, backfills, benchmarks). The host worker writes them through
+    ``monitoring.host.history_writer.HistoryWriter``, the one writer."""
+
     def __init__(self, client: redis.Redis, *, interval_s: float = 1.0) -> None:
         self.client = client
         self.interval_s = interval_s
-        self.raw_maxlen = math.ceil(RAW_RETENTION_S / interval_s) + 1
-        self._last_minute: dict[str, int] = {}
-
-    # --- writing ----------------------------------------------------------------------
-
-    def append(self, host: str, sample: HostSample) -> None:
-        """Store one sample; when a minute has just ended, downsample it."""
-        self._xadd_raw(host, sample)
-        minute = sample.ts_ms // MINUTE_MS
-        if self._last_minute.get(host) != minute:
-            self._last_minute[host] = minute
-            self.downsample(host, before_ms=minute * MINUTE_MS)
-
-    def _xadd_raw(self, host: str, sample: HostSample) -> None:
-        entry: dict[Any, Any] = {"d": encode_sample(sample)}
-        try:
-            self.client.xadd(raw_key(host), entry, id=f"{sample.ts_ms}-*", maxlen=self.raw_maxlen)
-        except redis.ResponseError as exc:  # the clock went back: keep the sample anyway
-            log.warning("history %s: sample at %d ms out of order (%s)", host, sample.ts_ms, exc)
-            self.client.xadd(raw_key(host), entry, maxlen=self.raw_maxlen)
-
-    def downsample(self, host: str, *, before_ms: int) -> int:
-        """Aggregate every complete minute before ``before_ms`` not aggregated yet."""
-        last = _entries(self.client.xrevrange(minute_key(host), count=1))
-        start_ms = _entry_ms(last[0][0]) + MINUTE_MS if last else 0
-        if start_ms >= before_ms:
-            return 0
-        by_minute: dict[int, list[HostSample]] = defaultdict(list)
-        for entry_id, entry in _entries(
-            self.client.xrange(raw_key(host), min=start_ms, max=before_ms - 1)
-        ):
-            by_minute[_entry_ms(entry_id) // MINUTE_MS * MINUTE_MS].append(
-                decode_sample(_data(entry))
-            )
-        owners = self.owners(host) if by_minute else {}
-        for minute_ms in sorted(by_minute):
-            self._xadd_minute(host, minute_ms, aggregate_minute(by_minute[minute_ms], owners))
-        return len(by_minute)
-
-    def owners(self, host: str) -> dict[str, str]:
-        raw: Any = self.client.hgetall(owners_key(host))
-        return {_text(k): _text(v) for k, v in dict(raw or {}).items()}
-
-    def _xadd_minute(self, host: str, minute_ms: int, aggregate: dict[str, Any]) -> None:
-        data = json.dumps(aggregate, separators=(",", ":"))
-        try:
-            self.client.xadd(
-                minute_key(host), {"d": data}, id=f"{minute_ms}-0", maxlen=MINUTE_RETENTION
-            )
-        except redis.ResponseError as exc:
-            log.info(
-                "history %s: minute %d already aggregated elsewhere (%s)", host, minute_ms, exc
-            )
-
-    # --- reading ----------------------------------------------------------------------
 
     def latest(self, host: str) -> HostSample | None:
-        entries = _entries(self.client.xrevrange(raw_key(host), count=1))
-        return decode_sample(_data(entries[0][1])) if entries else None
+        entries = stream_entries(self.client.xrevrange(raw_key(host), count=1))
+        return decode_sample(entry_data(entries[0][1])) if entries else None
 
     def read_window(
         self, host: str, window: str, *, now_ms: int | None = None, max_points: int | None = None
@@ -217,9 +117,9 @@ class History:
     def _raw_series(
         self, host: str, since_ms: int, now_ms: int, max_points: int | None
     ) -> dict[str, Any]:
-        entries = _entries(self.client.xrange(raw_key(host), min=since_ms, max=now_ms))
+        entries = stream_entries(self.client.xrange(raw_key(host), min=since_ms, max=now_ms))
         stride = max(1, math.ceil(len(entries) / max_points)) if max_points else 1
-        samples = [decode_sample(_data(entry)) for _, entry in entries[::stride]]
+        samples = [decode_sample(entry_data(entry)) for _, entry in entries[::stride]]
         indices = sorted({g.index for s in samples for g in s.gpus})
         gpus: dict[str, dict[str, list[Any]]] = {
             str(i): {k: [] for k in SERIES_KEYS} for i in indices
@@ -236,8 +136,8 @@ class History:
 
     def _minute_series(self, host: str, since_ms: int, now_ms: int) -> dict[str, Any]:
         """Also ``dm`` (``{deployment: [MiB or null]}``) and ``mo`` (MiB): the memory split."""
-        entries = _entries(self.client.xrange(minute_key(host), min=since_ms, max=now_ms))
-        docs = [(_entry_ms(entry_id), json.loads(_data(entry))) for entry_id, entry in entries]
+        entries = stream_entries(self.client.xrange(minute_key(host), min=since_ms, max=now_ms))
+        docs = [(entry_ms(entry_id), json.loads(entry_data(entry))) for entry_id, entry in entries]
         indices = sorted({int(i) for _, doc in docs for i in doc["g"]})
         gpus: dict[str, dict[str, Any]] = {
             str(i): {f"{k}{s}": [] for k in SERIES_KEYS for s in ("", "_min", "_max")}
@@ -268,20 +168,16 @@ def _minute_split(series: dict[str, Any], metrics: dict[str, Any], n: int, point
 Entry = tuple[Any, Mapping[Any, Any]]
 
 
-def _entries(result: Any) -> list[Entry]:
+def stream_entries(result: Any) -> list[Entry]:
     """redis-py types replies as sync-or-async unions; a sync client returns a list."""
     return list(result or [])
 
 
-def _data(entry: Mapping[Any, Any]) -> Any:
+def entry_data(entry: Mapping[Any, Any]) -> Any:
     """The ``d`` field, whether or not the client decodes responses."""
     return entry[b"d"] if b"d" in entry else entry["d"]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _entry_ms(entry_id: bytes | str) -> int:
+def entry_ms(entry_id: bytes | str) -> int:
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return int(text.split("-", 1)[0])

@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 from django.conf import settings
 from redis.connection import parse_url
 
+from controlpanel import redisconn
 from monitoring.history import KEY_PREFIX, sanitize_host
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,8 @@ class LiveHub:
 
     async def _open(self) -> tuple[aioredis.Redis, Any]:
         """A new connection subscribed to every stream wanted now (the caller holds the lock)."""
-        client = aioredis.Redis.from_url(
-            self.url, socket_connect_timeout=2, socket_keepalive=True, health_check_interval=15
+        client = redisconn.async_client(
+            url=self.url, connect_timeout_s=2, keepalive=True, health_check_s=15
         )
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:

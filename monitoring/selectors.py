@@ -19,6 +19,7 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
+from controlpanel import redisconn
 from monitoring.gpus.base import DeviceInfo, HostSample
 from monitoring.history import (
     RAW_WINDOWS,
@@ -53,7 +54,7 @@ PCIE_LEVELS = frozenset({"PIX", "PXB", "PHB", "NODE"})
 
 @cache
 def redis_client() -> redis.Redis:
-    return redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=1, socket_timeout=5)
+    return redisconn.client(connect_timeout_s=1, timeout_s=5)
 
 
 def history() -> History:

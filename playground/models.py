@@ -18,7 +18,10 @@ class Scope(models.TextChoices):
 
 
 class ApiToken(models.Model):
-    """Only the SHA-256 of the token is stored; the token itself is shown once."""
+    """A user's personal API token: made and revoked on the Tokens page
+    (``playground.services``), its limits set there too (``playground.token_limits``), its
+    last use written by whoever authenticates with it (``playground.tokens``). Only the
+    SHA-256 of the token is stored; the token itself is shown once."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="playground_tokens"
@@ -69,6 +72,9 @@ class Mode(models.TextChoices):
 
 
 class PlaygroundRun(models.Model):
+    """One request made from the playground page and its answer and timings, written by the
+    gateway after the answer (``gateway.rows.run_row``, saved by ``gateway.dbwork``)."""
+
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="playground_runs"
     )

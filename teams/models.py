@@ -8,6 +8,10 @@ from django.db.models import Q
 
 
 class Team(models.Model):
+    """A team and its quotas, managed by admins in the Django admin; read by the launch's
+    quota check (``teams.quota``), the host workers' monthly enforcement
+    (``teams.host.enforcement``) and the Usage page."""
+
     name = models.SlugField(max_length=63, unique=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="teams", blank=True)
     max_gpus = models.PositiveIntegerField(

@@ -13,7 +13,7 @@ from deployments import events
 from deployments.host import diagnosis
 from deployments.host.raynodes import cluster
 from deployments.models import TERMINAL, Deployment, GpuLease, Status
-from monitoring.worker import current_backend
+from monitoring.host.worker import current_backend
 
 
 def backend() -> Any:

@@ -27,10 +27,9 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import redis
-from django.conf import settings
 from redis.exceptions import NoScriptError, RedisError
 
+from controlpanel import redisconn
 from playground.gateway.limits import _client
 from playground.gateway.upstream import Target
 
@@ -190,7 +189,7 @@ async def mark_down(target: Target, *, now_s: float) -> None:
 def in_flight(deployment_ids: Sequence[int]) -> dict[int, int]:
     """The requests in flight per replica right now, for the pages (sync Redis; 0 when
     Redis does not answer)."""
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=0.5, socket_timeout=1)
+    client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
     try:
         pipe = client.pipeline(transaction=False)
         now_s = time.time()

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio
-from django.conf import settings
 from redis.exceptions import NoScriptError, RedisError
+
+from controlpanel import redisconn
 
 logger = logging.getLogger(__name__)
 REDIS_TIMEOUT_S = 1.0
@@ -44,11 +45,8 @@ def _client() -> redis.asyncio.Redis:
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        client = _clients[loop] = redis.asyncio.Redis.from_url(
-            settings.REDIS_URL,
-            socket_timeout=REDIS_TIMEOUT_S,
-            socket_connect_timeout=0.5,
-            client_name="shardboard-gateway-slots",
+        client = _clients[loop] = redisconn.async_client(
+            connect_timeout_s=0.5, timeout_s=REDIS_TIMEOUT_S, name="shardboard-gateway-slots"
         )
     return client
 

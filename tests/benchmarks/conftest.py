@@ -8,14 +8,15 @@ from typing import Any
 
 import pytest
 
-from benchmarks.loadgen.stats import RequestResult, summarize
+from benchmarks.host.level_readings import add_readings
+from benchmarks.host.loadgen.stats import RequestResult, summarize
 from benchmarks.models import BenchmarkRun
-from benchmarks.readings import add_readings
 from deployments.models import Deployment
 from monitoring.gpus.base import GpuSample, HostSample
 from monitoring.history import raw_key
+from monitoring.host.worker import history_writer
 from monitoring.models import Gpu, Host
-from monitoring.selectors import history, redis_client
+from monitoring.selectors import redis_client
 
 GIB = 1024**3
 HOST = "bench-pages"
@@ -57,7 +58,7 @@ def make_deployment(sim_host: Host, operator: Any) -> Callable[..., Deployment]:
 
 
 def record_samples(start_ms: int, seconds: int, util: float) -> None:
-    store = history()
+    store = history_writer()
     for s in range(seconds):
         gpus = tuple(
             GpuSample(i, f"GPU-b{i}", util, None, 20 * GIB, 60 * GIB, 80 * GIB, 50, 300_000,

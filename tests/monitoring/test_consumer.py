@@ -12,8 +12,8 @@ from channels.testing import WebsocketCommunicator
 
 from controlpanel.asgi import application
 from deployments.models import Deployment
-from monitoring import selectors, worker
 from monitoring.history import MINUTE_MS
+from monitoring.host import worker
 from tests.support.monitoring import (
     ORIGIN,
     fill_history,
@@ -63,7 +63,7 @@ async def test_backfill_then_live_samples_with_attribution(
     host_row = await sync_to_async(registered)(host_name, sim4)
     await sync_to_async(_deployment_on)(host_row, viewer, engine_process.pid)
     sim4.attach(engine_process.pid, [0, 1], 20 * GIB_MIB * 1024 * 1024, 90.0, name="vllm")
-    agent = worker.HostAgent(host_name, sim4, selectors.history())
+    agent = worker.HostAgent(host_name, sim4, worker.history_writer())
     await sync_to_async(agent.beat)()  # loads the deployment pgids from the database
     assert agent.pgid_owners == {engine_process.pid: "llama-tp2"}
     samples = await sync_to_async(fill_history)(host_name, sim4, seconds=8)
@@ -120,7 +120,7 @@ async def test_all_hosts_group_and_minute_window(viewer, host_name, sim4) -> Non
 def _minute_of_history(host: str, backend: Any, agent: worker.HostAgent) -> int:
     """Six samples in the previous minute and one after it, so that the minute is aggregated."""
     minute_ms = time.time_ns() // 1_000_000 // MINUTE_MS * MINUTE_MS - MINUTE_MS
-    store = selectors.history()
+    store = worker.history_writer()
     for k in range(6):
         sample = dataclasses.replace(backend.sample(), ts_ms=minute_ms + k * 10_000)
         if k == 0:
@@ -134,7 +134,7 @@ async def test_day_backfill_keeps_the_memory_split(viewer, host_name, sim4, engi
     host_row = await sync_to_async(registered)(host_name, sim4)
     await sync_to_async(_deployment_on)(host_row, viewer, engine_process.pid)
     sim4.attach(engine_process.pid, [0, 1], 20 * GIB_MIB * 1024 * 1024, 90.0, name="vllm")
-    agent = worker.HostAgent(host_name, sim4, selectors.history())
+    agent = worker.HostAgent(host_name, sim4, worker.history_writer())
     await sync_to_async(agent.beat)()
     minute_ms = await sync_to_async(_minute_of_history)(host_name, sim4, agent)
 

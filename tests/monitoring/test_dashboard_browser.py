@@ -128,11 +128,11 @@ def test_a_stretch_without_samples_is_a_break_in_the_lines(
     page, asgi_server, viewer, host_name, sim4
 ) -> None:
     """The worker was down for a minute: the backfill's lines stop and start again."""
-    from monitoring.selectors import history
+    from monitoring.host.worker import history_writer
     from tests.support.monitoring import registered
 
     registered(host_name, sim4)
-    store, now_ms = history(), time.time_ns() // 1_000_000
+    store, now_ms = history_writer(), time.time_ns() // 1_000_000
     for ago_s in (70, 69, 68, 3, 2, 1):
         sample = sim4.sample()
         store.append(host_name, type(sample)(ts_ms=now_ms - ago_s * 1000, gpus=sample.gpus))

@@ -23,6 +23,7 @@ from monitoring.history import (
     owners_key,
     raw_key,
 )
+from monitoring.host.history_writer import HistoryWriter
 
 MIB = 1024 * 1024
 T0_MS = 1_800_000_000_000 // MINUTE_MS * MINUTE_MS  # a minute boundary
@@ -73,7 +74,7 @@ def test_encoding_is_lossless(tmp_path: Path, engine_process: subprocess.Popen[b
 
 
 def test_raw_stream_is_bounded(redis_client: redis.Redis, host: str) -> None:
-    history = History(redis_client, interval_s=60.0)  # one hour = 61 entries
+    history = HistoryWriter(redis_client, interval_s=60.0)  # one hour = 61 entries
     for k in range(400):
         history.append(host, HostSample(T0_MS + k * 60_000, (gpu(0, 10.0),)))
     length = redis_client.xlen(raw_key(host))
@@ -82,7 +83,7 @@ def test_raw_stream_is_bounded(redis_client: redis.Redis, host: str) -> None:
 
 
 def test_windows_read_raw_and_downsampled(redis_client: redis.Redis, host: str) -> None:
-    history = History(redis_client, interval_s=1.0)
+    history = HistoryWriter(redis_client, interval_s=1.0)
     for k in range(0, 3 * 60 + 30):  # 3.5 minutes at 1 Hz
         history.append(host, HostSample(T0_MS + k * 1000, (gpu(0, float(k % 60)), gpu(1, None))))
     now_ms = T0_MS + 209_000
@@ -109,13 +110,13 @@ def test_windows_read_raw_and_downsampled(redis_client: redis.Redis, host: str) 
 
 
 def test_downsample_is_exact_and_survives_a_restart(redis_client: redis.Redis, host: str) -> None:
-    first = History(redis_client)
+    first = HistoryWriter(redis_client)
     for k, util in enumerate([10.0, 20.0, 60.0]):
         first.append(host, HostSample(T0_MS + k * 20_000, (gpu(0, util, mem_mib=100 * (k + 1)),)))
     lost = HostSample(T0_MS + 59_000, (gpu(0, None, lost=True),))
     first.append(host, lost)
 
-    restarted = History(redis_client)  # a new worker catches up the minute on its first tick
+    restarted = HistoryWriter(redis_client)  # a new worker catches up the minute on its first tick
     restarted.append(host, HostSample(T0_MS + MINUTE_MS + 5, (gpu(0, 0.0),)))
     first.append(host, HostSample(T0_MS + MINUTE_MS + 1005, (gpu(0, 0.0),)))  # no duplicate
 
@@ -140,7 +141,7 @@ def _with_processes(sample: GpuSample, used_mib: int, *procs: tuple[int, int]) -
 
 def test_minutes_keep_the_memory_split_per_deployment(redis_client: redis.Redis, host: str) -> None:
     redis_client.hset(owners_key(host), mapping={"42": "llama", "43": "llama", "50": "qwen"})
-    history = History(redis_client)
+    history = HistoryWriter(redis_client)
     gpus = [  # pid 77 is not ours; qwen appears in one sample of three; 43 is llama's second rank
         (
             _with_processes(gpu(0, 50.0), 4000, (42, 3000), (77, 500)),
@@ -174,7 +175,7 @@ def test_minutes_keep_the_memory_split_per_deployment(redis_client: redis.Redis,
 def test_minutes_without_owners_or_stored_before_the_split_are_all_other(
     redis_client: redis.Redis, host: str
 ) -> None:
-    history = History(redis_client)
+    history = HistoryWriter(redis_client)
     history.append(host, HostSample(T0_MS, (gpu(0, 10.0, mem_mib=700),)))
     history.append(host, HostSample(T0_MS + MINUTE_MS, (gpu(0, 10.0),)))
     old = {"n": 1, "g": {"0": {"m": [800 * MIB, 800 * MIB, 800 * MIB]}}}  # written before dm/mo

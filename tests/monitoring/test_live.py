@@ -16,7 +16,8 @@ from channels.testing import WebsocketCommunicator
 from django.db import connections
 
 from controlpanel.asgi import application
-from monitoring import live, worker
+from monitoring import live
+from monitoring.host import worker
 from tests.support.monitoring import registered, ws_connect, ws_headers, ws_next_of
 
 pytestmark = pytest.mark.django_db(transaction=True)

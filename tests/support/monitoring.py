@@ -12,8 +12,8 @@ from django.conf import settings
 from django.test import Client
 
 from controlpanel.asgi import application
-from monitoring import worker
 from monitoring.gpus.simulated import SimulatedBackend
+from monitoring.host import worker
 
 SPEC4 = "4xH100-80GB@nvlink"
 
@@ -30,10 +30,8 @@ def registered(host: str, backend: SimulatedBackend) -> Any:
 
 
 def fill_history(host: str, backend: SimulatedBackend, seconds: int = 10) -> list[Any]:
-    """``seconds`` samples one second apart, ending now, appended through History."""
-    from monitoring.selectors import history
-
-    store = history()
+    """``seconds`` samples one second apart, ending now, appended as the host worker does."""
+    store = worker.history_writer()
     now_ms = time.time_ns() // 1_000_000
     samples = []
     for k in range(seconds, 0, -1):

@@ -18,7 +18,7 @@ from deployments.lifecycle.services import (
     deployment_stop,
 )
 from deployments.models import Deployment, GpuLease, Status
-from teams.enforcement import enforce_monthly
+from teams.host.enforcement import enforce_monthly
 from teams.models import Team
 from tests.support.hosts import sim_host
 from tests.support.personas import make_user

@@ -1,16 +1,17 @@
-"""Run this machine's host worker: a Celery worker on queue host.<name> that owns its GPUs."""
+"""Run this machine's host worker: a Celery worker on queue host.<name> that owns its GPUs.
+
+The command only parses its arguments: the worker itself is host code
+(``controlpanel.host.worker``), the one import of host code outside a ``host`` package.
+"""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from controlpanel.celery import app, host_queue
-from deployments.host import watchdog as deployments_worker  # noqa: F401  (engine watchdog, reconcile)
-from monitoring import worker as monitoring_worker  # noqa: F401  (connects its signal handlers)
+from controlpanel.host import worker
 
 
 class Command(BaseCommand):
@@ -35,20 +36,9 @@ class Command(BaseCommand):
         no_default_queue: bool,
         **options: Any,
     ) -> None:
-        os.environ["SHARDBOARD_HOST_NAME"] = name
-        settings.SHARDBOARD_HOST_NAME = name
-        queues = [host_queue(name)] if no_default_queue else [host_queue(name), "default"]
-        # Threads, not prefork: the sampler, the engine watchdog and the tasks share one process
-        # that owns the GPUs and the engine processes it spawned.
-        app.worker_main(
-            [
-                "worker",
-                "--pool=threads",
-                f"--concurrency={concurrency}",
-                f"--loglevel={loglevel}",
-                f"--queues={','.join(queues)}",
-                f"--hostname={host_queue(name)}@%h",
-                "--without-gossip",
-                "--without-mingle",
-            ]
+        worker.run(
+            name=name,
+            concurrency=concurrency,
+            loglevel=loglevel,
+            default_queue=not no_default_queue,
         )

@@ -18,9 +18,8 @@ from pathlib import Path
 
 import redis
 from django.conf import settings
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
+from controlpanel import redisconn
 from deployments import enginelog, sealed
 from deployments.host import supervisor as sv
 from deployments.host.logship.cleaning import Masker, clean_text
@@ -43,9 +42,7 @@ def masker_for(d: Deployment) -> Masker:
 def _shipping_client(url: str) -> redis.Redis:
     """Fails fast: redis-py's default retries take seconds, and a line that cannot be shipped
     now is dropped anyway (the host's file keeps it); the next pass tries again."""
-    return redis.Redis.from_url(
-        url, socket_connect_timeout=1, socket_timeout=5, retry=Retry(NoBackoff(), 1)
-    )
+    return redisconn.client(url=url, connect_timeout_s=1, timeout_s=5, one_try=True)
 
 
 def follow(

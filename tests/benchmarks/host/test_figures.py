@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.loadgen.client import Target, _Timing, payload
-from benchmarks.loadgen.metrics_poll import parse_prometheus, summarize_engine
-from benchmarks.loadgen.stats import RequestResult, meets_sla, percentile, summarize
+from benchmarks.host.loadgen.client import Target, _Timing, payload
+from benchmarks.host.loadgen.metrics_poll import parse_prometheus, summarize_engine
+from benchmarks.host.loadgen.stats import RequestResult, meets_sla, percentile, summarize
 from benchmarks.summary import highest_sustained, histogram, plan_vs_measured
 from benchmarks.workload import WorkloadError, parse_workload, request_stream
 

@@ -18,8 +18,9 @@ from django.conf import settings
 from django.db import connection
 
 from benchmarks import events
-from benchmarks.loadgen.client import Target
-from benchmarks.loadgen.runner import (
+from benchmarks.host.level_readings import add_readings
+from benchmarks.host.loadgen.client import Target
+from benchmarks.host.loadgen.runner import (
     CANCELLED,
     GONE,
     LevelOutcome,
@@ -28,9 +29,8 @@ from benchmarks.loadgen.runner import (
     run_level,
     warm_up,
 )
-from benchmarks.loadgen.stats import summarize
+from benchmarks.host.loadgen.stats import summarize
 from benchmarks.models import BenchmarkRun, RunStatus
-from benchmarks.readings import add_readings
 from benchmarks.workload import (
     MAX_CONCURRENCY,
     Workload,
@@ -39,7 +39,7 @@ from benchmarks.workload import (
     request_stream,
 )
 from deployments.models import Deployment, Engine, Status
-from monitoring import worker as monitoring_worker
+from monitoring.host import worker as monitoring_worker
 
 log = logging.getLogger(__name__)
 

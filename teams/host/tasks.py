@@ -1,5 +1,5 @@
 """The quota check for running deployments, in every host worker: a task, and a loop that
-sends nothing over the broker (each worker runs it; teams.enforcement is safe to run twice)."""
+sends nothing over the broker (each worker runs it; teams.host.enforcement is safe to run twice)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from teams.enforcement import enforce_monthly
+from teams.host.enforcement import enforce_monthly
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()

@@ -1,6 +1,6 @@
 """The monthly GPU-hours limit for deployments already running: once a team's month is used
 up, each of its live deployments is flagged (an event and an audit row, once), and stopped too
-where the team says so. Run every SHARDBOARD_QUOTA_CHECK_S by each host worker (teams.tasks);
+where the team says so. Run every SHARDBOARD_QUOTA_CHECK_S by each host worker (teams.host.tasks);
 running it twice at once is harmless: the flag is a compare-and-set, the stop locks the rows
 and skips what is already stopping."""
 

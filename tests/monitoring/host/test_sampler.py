@@ -9,7 +9,7 @@ import pytest
 
 from monitoring.gpus import HostSample
 from monitoring.gpus.simulated import SimulatedBackend
-from monitoring.sampler import Sampler, fan_out, next_tick
+from monitoring.host.sampler import Sampler, fan_out, next_tick
 
 
 class FakeTime:
@@ -59,7 +59,7 @@ def test_missed_ticks_are_skipped_not_burst(sim4: SimulatedBackend) -> None:
 def test_sink_errors_are_logged_and_the_loop_goes_on(
     sim4: SimulatedBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="monitoring.sampler")
+    caplog.set_level(logging.INFO, logger="monitoring.host.sampler")
     fake = FakeTime(stop_after_ticks=5)
     sampler = _sampler(sim4, fake, {})
     sampler.run()

@@ -7,14 +7,14 @@ from typing import Any
 from celery import shared_task
 from celery.signals import worker_ready
 
-from benchmarks import hostrun
+from benchmarks.host import run as benchmark_run
 
 
 @shared_task(name="benchmarks.run", acks_late=True)
 def run(run_id: int) -> dict[str, Any]:
-    return hostrun.run(run_id)
+    return benchmark_run.run(run_id)
 
 
 @worker_ready.connect
 def on_worker_ready(**_: Any) -> None:
-    hostrun.fail_interrupted()
+    benchmark_run.fail_interrupted()

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from benchmarks.loadgen.client import Target
-from benchmarks.loadgen.runner import GONE, LevelPlan, run_level
-from benchmarks.loadgen.stats import summarize
-from benchmarks.reading import LevelEvidence, read_level
+from benchmarks.bottleneck import LevelEvidence, read_level
+from benchmarks.host.loadgen.client import Target
+from benchmarks.host.loadgen.runner import GONE, LevelPlan, run_level
+from benchmarks.host.loadgen.stats import summarize
 from benchmarks.workload import parse_workload, request_stream
 
 KEY = "sekret"

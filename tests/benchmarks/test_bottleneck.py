@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks import gpu_series
-from benchmarks.reading import (
+from benchmarks.bottleneck import (
     ADVICE,
     LevelEvidence,
     classify,
@@ -18,7 +18,7 @@ from benchmarks.reading import (
     read_level,
     throughput_gain,
 )
-from benchmarks.readings import level_evidence
+from benchmarks.host.level_readings import level_evidence
 from monitoring.gpus.base import GpuSample, HostSample
 
 GIB = 1024**3

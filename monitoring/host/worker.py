@@ -1,7 +1,7 @@
 """The monitoring side of the host worker: register, heartbeat, sample and publish.
 
-Imported only by the ``hostworker`` management command, so these Celery signal handlers run
-in that process alone. ``current_backend()`` is the GPU backend this host uses; the
+Imported only by host code (``controlpanel.host.worker`` for the ``hostworker`` command), so
+these Celery signal handlers run in that process alone. ``current_backend()`` is the GPU backend this host uses; the
 deployment code calls ``attach``/``detach`` on it for simulated engines.
 
 Live samples are encoded once and published on the host's and the all-hosts Redis pub/sub
@@ -29,12 +29,14 @@ from django.db import DatabaseError, close_old_connections
 from django.utils.module_loading import import_string
 from redis.typing import EncodableT, FieldT
 
+from controlpanel import redisconn
 from controlpanel.celery import host_queue
 from monitoring import live, selectors, services
 from monitoring.gpus import GpuBackend, HostSample, get_backend
-from monitoring.history import History, owners_key
+from monitoring.history import owners_key
+from monitoring.host.history_writer import HistoryWriter
+from monitoring.host.sampler import Sampler, Sink, fan_out
 from monitoring.payloads import live_message
-from monitoring.sampler import Sampler, Sink, fan_out
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class HostAgent:
 
     host: str
     backend: GpuBackend
-    history: History
+    history: HistoryWriter
     pgid_owners: dict[int, str] = field(default_factory=dict)
     registered: bool = False
     stop_event: threading.Event = field(default_factory=threading.Event)
@@ -180,13 +182,16 @@ def publish(host: str, sample: HostSample, backend: GpuBackend, own: dict[str, s
     live.publish(selectors.redis_client(), host, json.dumps(message, separators=(",", ":")))
 
 
+def history_writer() -> HistoryWriter:
+    """The host's history writer, on a client of its own."""
+    client = redisconn.client(connect_timeout_s=2, timeout_s=5)
+    return HistoryWriter(client, interval_s=settings.SAMPLE_INTERVAL_S)
+
+
 def start_agent() -> HostAgent:
     global _agent
     host = host_name()
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=5)
-    agent = HostAgent(
-        host, current_backend(), History(client, interval_s=settings.SAMPLE_INTERVAL_S)
-    )
+    agent = HostAgent(host, current_backend(), history_writer())
     agent.start()
     _agent = agent
     return agent

@@ -1,4 +1,4 @@
-"""The stored levels plus their GPU figures and bottleneck readings (reading.py's rules).
+"""The stored levels plus their GPU figures and bottleneck readings (bottleneck.py's rules).
 
 The GPU figures come from the samples the monitoring already keeps in Redis, read through
 monitoring.selectors; the rest from the level's own figures.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks import gpu_series
-from benchmarks.reading import LevelEvidence, read_level
+from benchmarks.bottleneck import LevelEvidence, read_level
 from monitoring.gpus.base import HostSample
 from monitoring.selectors import samples_between
 

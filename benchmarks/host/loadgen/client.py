@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.loadgen.stats import RequestResult
+from benchmarks.host.loadgen.stats import RequestResult
 
 NO_CHUNK = "Never received a valid chunk to calculate TTFT."
 

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from benchmarks.loadgen.client import Target, send
-from benchmarks.loadgen.metrics_poll import EngineMetricsPoller
-from benchmarks.loadgen.stats import RequestResult
+from benchmarks.host.loadgen.client import Target, send
+from benchmarks.host.loadgen.metrics_poll import EngineMetricsPoller
+from benchmarks.host.loadgen.stats import RequestResult
 from benchmarks.workload import PromptSpec
 
 TICK_S = 0.5
