@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.host.engines import (
+from deployments.engines import (
     MARKER_ENV,
     LaunchSpec,
     TransformersAdapter,

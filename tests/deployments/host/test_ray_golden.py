@@ -12,9 +12,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from deployments.engines import LaunchSpec, VllmAdapter
 from deployments.host import engine_control
 from deployments.host.downloads import fetching
-from deployments.host.engines import LaunchSpec, VllmAdapter
 from deployments.host.raynodes import commands
 from deployments.models import Deployment
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from deployments.host.engines.base import (
+from deployments.engines.base import (
     EngineCommand,
     LaunchSpec,
     ReadinessProbe,
@@ -50,7 +50,7 @@ class VllmAdapter:
         served = spec.served_model_name or spec.model
         return EngineCommand(
             engine=self.name,
-            argv=tuple(self._argv(spec, served)),
+            argv=self.argv(spec),
             env=_env(spec),
             base_url=base_url(spec.host, spec.port),
             probe=ReadinessProbe(
@@ -61,28 +61,44 @@ class VllmAdapter:
             warnings=_warnings(spec),
         )
 
-    def _argv(self, spec: LaunchSpec, served: str) -> list[str]:
-        argv = [self.executable, "serve", spec.model, "--served-model-name", served]
-        argv += ["--host", spec.host, "--port", str(spec.port)]
+    def argv(self, spec: LaunchSpec, *, listen: bool = True) -> tuple[str, ...]:
+        argv = [self.executable, "serve", spec.model]
+        if listen:
+            argv += ["--served-model-name", spec.served_model_name or spec.model]
+            argv += ["--host", spec.host, "--port", str(spec.port)]
+        if spec.revision:
+            argv += ["--revision", spec.revision]
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
         argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
         argv += _optional_flags(spec)
+        if spec.enforce_eager:
+            argv.append("--enforce-eager")
         if spec.multi_host:
             argv += ["--distributed-executor-backend", "ray"]
-        return argv + list(spec.extra_args)
+        return (*argv, *spec.extra_args)
 
 
 def _optional_flags(spec: LaunchSpec) -> list[str]:
     pairs = [
-        ("--revision", spec.revision),
         ("--gpu-memory-utilization", spec.gpu_memory_utilization),
         ("--max-model-len", spec.max_model_len),
         ("--max-num-seqs", spec.max_num_seqs),
+        ("--max-num-batched-tokens", spec.max_num_batched_tokens),
         ("--dtype", spec.dtype),
         ("--quantization", spec.quantization),
         ("--kv-cache-dtype", spec.kv_cache_dtype),
+        ("--decode-context-parallel-size", spec.decode_context_parallel_size),
+        ("--block-size", spec.block_size),
     ]
-    return [part for flag, value in pairs if value is not None for part in (flag, str(value))]
+    return [part for flag, value in pairs if value is not None for part in (flag, _text(value))]
+
+
+def _text(value: object) -> str:
+    """A number as the planner wrote it (``0.9``, ``1``), exact where `:g` would round."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 def _env(spec: LaunchSpec) -> dict[str, str]:
