@@ -258,6 +258,8 @@ _V1_FLAGS: dict[str, tuple[str, type]] = {
 
 def _engine_from_argv(argv: Sequence[str]) -> EngineArgs:
     args = [str(a) for a in argv]
+    if not args:
+        return EngineArgs()
     values: dict[str, Any] = {}
     for flag, value in zip(args, [*args[1:], ""], strict=True):
         if flag in _V1_FLAGS:

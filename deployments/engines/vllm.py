@@ -66,8 +66,6 @@ class VllmAdapter:
         if listen:
             argv += ["--served-model-name", spec.served_model_name or spec.model]
             argv += ["--host", spec.host, "--port", str(spec.port)]
-        if spec.revision:
-            argv += ["--revision", spec.revision]
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
         argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
         argv += _optional_flags(spec)
@@ -80,6 +78,7 @@ class VllmAdapter:
 
 def _optional_flags(spec: LaunchSpec) -> list[str]:
     pairs = [
+        ("--revision", spec.revision),
         ("--gpu-memory-utilization", spec.gpu_memory_utilization),
         ("--max-model-len", spec.max_model_len),
         ("--max-num-seqs", spec.max_num_seqs),
