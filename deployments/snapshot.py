@@ -7,8 +7,8 @@ web renders the planned command from the same spec with the same adapter: nothin
 rendered command back.
 
 Version 1 is the untyped dict rows carried until version 2 (`planning.plan_details` plus
-`model_ref`, `request`, and the state flags `retired`/`multi_host`, now columns): `from_json`
-reads it, so rows written before still load. Its engine settings existed only inside the
+`model_ref`, `request` and the flags `retired`/`multi_host`, now the columns `retired` and
+`spans_hosts`): `from_json` reads it, so rows written before still load. Its engine settings existed only inside the
 planner's `vllm serve` argv (`command`); `_engine_from_argv` reads them from there, and that is
 also how a new launch takes the settings the planner resolved (the planner publishes them in
 no other field yet). Pure: no Django, so adapters and tests use it without a database.
@@ -144,7 +144,7 @@ class PlanSnapshot:
             "decode_context_parallel_size": e.decode_context_parallel_size,
             "block_size": e.block_size,
             "enforce_eager": e.enforce_eager,
-            "multi_host": e.spans_hosts,
+            "spans_hosts": e.spans_hosts,
         }
         return LaunchSpec(**{**settings, **facts})
 

@@ -43,9 +43,9 @@ class LaunchSpec:
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
     enforce_eager: bool = False
-    multi_host: bool = False  # one model over several hosts: vLLM's Ray executor
-    ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (multi_host)
-    node_address: str | None = None  # this host's IP in that cluster (multi_host)
+    spans_hosts: bool = False  # one model over several hosts: vLLM's Ray executor
+    ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (spans_hosts)
+    node_address: str | None = None  # this host's IP in that cluster (spans_hosts)
     device: Device = "cuda"
     hf_offline: bool = True  # True for local folders; a Hub model downloads its weights
     hf_token: str | None = field(default=None, repr=False)  # given as HF_TOKEN, masked when stored

@@ -70,7 +70,7 @@ class TransformersAdapter:
 
 def _check(spec: LaunchSpec) -> None:
     check_common(spec)
-    if spec.tensor_parallel_size != 1 or spec.pipeline_parallel_size != 1 or spec.multi_host:
+    if spec.tensor_parallel_size != 1 or spec.pipeline_parallel_size != 1 or spec.spans_hosts:
         raise UnsupportedSpec("transformers serve runs one process: TP and PP must be 1")
     if spec.device == "cuda" and len(spec.gpu_indices) != 1:
         raise UnsupportedSpec("transformers serve on cuda uses exactly one leased GPU")

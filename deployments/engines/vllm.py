@@ -26,7 +26,7 @@ _FORBIDDEN_EXTRA = {
     "-tp": _SET_BY_PANEL,
     "--pipeline-parallel-size": _SET_BY_PANEL,
     "-pp": _SET_BY_PANEL,
-    "--distributed-executor-backend": "set multi_host instead",
+    "--distributed-executor-backend": "set spans_hosts instead",
     "--device-ids": "the leased GPUs are chosen with CUDA_VISIBLE_DEVICES",
     "--model": "the model is the positional argument",
     "--uds": "the panel reaches engines over TCP",
@@ -71,7 +71,7 @@ class VllmAdapter:
         argv += _optional_flags(spec)
         if spec.enforce_eager:
             argv.append("--enforce-eager")
-        if spec.multi_host:
+        if spec.spans_hosts:
             argv += ["--distributed-executor-backend", "ray"]
         return (*argv, *spec.extra_args)
 
@@ -108,7 +108,7 @@ def _env(spec: LaunchSpec) -> dict[str, str]:
     env["VLLM_LOGGING_COLOR"] = "0"
     if spec.api_key:
         env["VLLM_API_KEY"] = spec.api_key  # read by vLLM when --api-key is absent
-    if spec.multi_host:
+    if spec.spans_hosts:
         env.update(ray_env(spec))
     return env
 
@@ -131,12 +131,12 @@ def _check(spec: LaunchSpec) -> None:
     if spec.tensor_parallel_size < 1 or spec.pipeline_parallel_size < 1:
         raise UnsupportedSpec("tensor and pipeline parallel sizes must be at least 1")
     gpus_needed = spec.tensor_parallel_size * spec.pipeline_parallel_size
-    if not spec.multi_host and len(spec.gpu_indices) != gpus_needed:
+    if not spec.spans_hosts and len(spec.gpu_indices) != gpus_needed:
         raise UnsupportedSpec(
             f"TP {spec.tensor_parallel_size} x PP {spec.pipeline_parallel_size} needs "
             f"{gpus_needed} GPUs on this host; {len(spec.gpu_indices)} are leased"
         )
-    if spec.multi_host and not spec.ray_address:
+    if spec.spans_hosts and not spec.ray_address:
         raise UnsupportedSpec("a model over several hosts needs its Ray head's address")
     if spec.gpu_memory_utilization is not None and not 0 < spec.gpu_memory_utilization <= 1:
         raise UnsupportedSpec("gpu_memory_utilization must be in (0, 1]")
@@ -147,6 +147,6 @@ def _warnings(spec: LaunchSpec) -> tuple[str, ...]:
     warnings = []
     if not spec.api_key:
         warnings.append("no API key: /v1 on this engine is open to anyone who can reach the port")
-    if spec.multi_host:
+    if spec.spans_hosts:
         warnings.append(f"multi-host: Ray at {spec.ray_address} places the workers on every host")
     return tuple(warnings)

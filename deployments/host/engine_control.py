@@ -52,7 +52,7 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         "served_model_name": d.name,
         "api_key": d.engine_api_key() if d.engine == Engine.VLLM else None,
         "gpu_indices": () if simulated else indices,
-        "multi_host": spans,
+        "spans_hosts": spans,
         "ray_address": cluster.head_address(d) if spans else None,
         "node_address": settings.SHARDBOARD_RAY_NODE_ADDRESS if spans else None,
         "device": "cpu" if simulated else "cuda",
@@ -84,7 +84,7 @@ def _beside_vllm(request: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _weights_ref(
-    d: Deployment, snapshot: Path | None, multi_host: bool
+    d: Deployment, snapshot: Path | None, spans_hosts: bool
 ) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
     """The model argument, its revision, and the Hub environment of the engine.
 
@@ -94,7 +94,7 @@ def _weights_ref(
     node's own cache (each node's HF_HUB_CACHE: raynodes.commands.node_env)."""
     if snapshot is None:
         return d.model_id, d.revision or None, ()
-    if multi_host:
+    if spans_hosts:
         return d.model_id, snapshot.name, (("HF_HUB_CACHE", str(fetching.cache_dir())),)
     return str(snapshot), None, ()
 
