@@ -5,6 +5,7 @@ spawned argv come from one renderer, and the host takes utilization from the sna
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import pytest
@@ -229,3 +230,44 @@ def test_the_host_takes_utilization_from_the_snapshot(
     assert spec.gpu_memory_utilization == expected
     assert spec.max_num_seqs == 64 and spec.max_model_len == 8192
     assert d.snapshot.engine_args.gpu_memory_utilization == expected
+
+
+@pytest.mark.django_db
+def test_the_migration_fills_the_columns_from_old_rows(operator: Any) -> None:
+    from django.apps import apps
+
+    # Rows as the launch wrote them before the columns: the flags were plan keys.
+    migration = importlib.import_module(
+        "deployments.migrations.0010_deployment_spans_hosts_retired"
+    )
+    host = Host.objects.create(name="oldhost", queue="host.oldhost", simulated=True)
+    spans = Deployment.objects.create(
+        name="old-span",
+        model_id="m",
+        engine=Engine.VLLM,
+        host=host,
+        plan={**V1_ROW, "multi_host": True, "retired": False},
+        created_by=operator,
+    )
+    gone = Deployment.objects.create(
+        name="old-gone",
+        model_id="m",
+        engine=Engine.VLLM,
+        host=host,
+        plan={**V1_ROW, "multi_host": False, "retired": True},
+        created_by=operator,
+    )
+    plain = Deployment.objects.create(
+        name="old-plain",
+        model_id="m",
+        engine=Engine.VLLM,
+        host=host,
+        plan={k: v for k, v in V1_ROW.items() if k not in ("multi_host", "retired")},
+        created_by=operator,
+    )
+    migration.fill_from_plan(apps, None)
+    for row in (spans, gone, plain):
+        row.refresh_from_db()
+    assert (spans.spans_hosts, spans.retired) == (True, False)
+    assert (gone.spans_hosts, gone.retired) == (False, True)
+    assert (plain.spans_hosts, plain.retired) == (False, False)
