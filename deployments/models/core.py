@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from deployments.engines import UnsupportedSpec
 from deployments.snapshot import PlanSnapshot, planned_command
 from monitoring.models import Gpu, Host
 
@@ -163,9 +164,12 @@ class Deployment(models.Model):
     @property
     def planned_argv(self) -> tuple[str, ...]:
         """The engine command the plan stands for, as a user would run it (no secrets)."""
-        return planned_command(
-            self.snapshot, self.engine, model=self.model_id, revision=self.revision
-        )
+        try:
+            return planned_command(
+                self.snapshot, self.engine, model=self.model_id, revision=self.revision
+            )
+        except UnsupportedSpec:
+            return ()  # an engine this release has no adapter for: no command, not an error page
 
     @property
     def is_active(self) -> bool:
