@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from deployments.catalog.demo_model import make_tiny_llama  # noqa: E402
+from deployments.engines import MARKER_ENV, LaunchSpec, get_adapter  # noqa: E402
 from deployments.host import supervisor as sv  # noqa: E402
-from deployments.host.engines import MARKER_ENV, LaunchSpec, get_adapter  # noqa: E402
 
 
 def percentile(values: list[float], pct: float) -> float:

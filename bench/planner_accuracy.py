@@ -64,17 +64,17 @@ def main() -> int:
     tight = 0
     families: dict[str, Family] = {}
     for row in rows:
-        plan = predict(row, root / "models")
-        fits = bool(plan and plan["fits"])
+        best = predict(row, root / "models")
+        fits = bool(best and best["fits"])
         ok = row["expect_status"] == "ok"
         agree += fits == ok
         fam = families.setdefault(family(root / "models" / row["model"]), Family())
         fam.cases += 1
         fam.agree += fits == ok
         line = f"{row['obs_id']:<12} expect={row['expect_status']:<6} fits={fits!s:<5}"
-        if ok and plan:
-            gpu = plan["per_gpu"][0]
-            w, t = gpu["weights_bytes"] / GIB, plan["kv_cache_tokens"]
+        if ok and best:
+            gpu = best["per_gpu"][0]
+            w, t = gpu["weights_bytes"] / GIB, best["kv_cache_tokens"]
             w_err.append(abs(w - float(row["weights_gib"])) / float(row["weights_gib"]))
             t_err.append(abs(t - int(row["kv_tokens"])) / int(row["kv_tokens"]))
             fam.weights.append(w_err[-1])
@@ -82,7 +82,7 @@ def main() -> int:
             kv_err.append(abs(gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])))
             signed = gpu["kv_cache_bytes"] / GIB - float(row["kv_gib"])
             by_version.setdefault(row["vllm_version"], []).append((signed, margin_gib(row, gpu)))
-            tight += bool(plan["tight"])
+            tight += bool(best["tight"])
             line += f" weights {w:.3f}/{row['weights_gib']} GiB  kv tokens {t}/{row['kv_tokens']}"
         print(line)
     report(len(rows), w_err, t_err, kv_err, agree)

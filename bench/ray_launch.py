@@ -62,7 +62,7 @@ def start_ray_worker(work: Path, name: str, n: int, vllm: Path) -> subprocess.Po
 def left_behind(pk: int) -> list[int]:
     import psutil
 
-    from deployments.host.engines import MARKER_ENV
+    from deployments.engines import MARKER_ENV
 
     markers, found = {str(pk), f"ray-node:{pk}"}, []
     for proc in psutil.process_iter():

@@ -35,7 +35,7 @@ def layout_of(d: Deployment) -> dict[str, Any]:
     """The deployment as it is measured: stored with the run, so a comparison stays readable
     after the deployment is gone."""
     leases = list(d.leases.filter(active=True).select_related("gpu"))
-    plan = d.plan or {}
+    plan = d.snapshot
     return {
         "deployment": d.name,
         "model": d.model_id,
@@ -45,12 +45,12 @@ def layout_of(d: Deployment) -> dict[str, Any]:
         "gpu_indices": sorted(lease.gpu.index for lease in leases),
         "gpu_names": sorted({lease.gpu.name for lease in leases}),
         "memory_bytes_per_gpu": max((lease.memory_bytes for lease in leases), default=0),
-        "tensor_parallel_size": plan.get("tensor_parallel_size", 1),
-        "pipeline_parallel_size": plan.get("pipeline_parallel_size", 1),
-        "max_model_len": plan.get("max_model_len"),
-        "plan_max_concurrency": plan.get("max_concurrency"),
-        "plan_kv_cache_tokens": plan.get("kv_cache_tokens"),
-        "command": list(d.argv) or list(plan.get("command", [])),
+        "tensor_parallel_size": plan.engine_args.tensor_parallel_size,
+        "pipeline_parallel_size": plan.engine_args.pipeline_parallel_size,
+        "max_model_len": plan.engine_args.max_model_len,
+        "plan_max_concurrency": plan.max_concurrency,
+        "plan_kv_cache_tokens": plan.kv_cache_tokens,
+        "command": list(d.argv) or list(d.planned_argv),
     }
 
 

@@ -136,7 +136,7 @@ def deployment_out(first: Deployment) -> dict[str, Any]:
     return {
         "id": first.pk,
         "name": first.name,
-        "model": first.plan.get("model_ref", first.model_id),
+        "model": first.snapshot.model_ref or first.model_id,
         "revision": first.revision,
         "engine": first.engine,
         "host": first.host.name,
@@ -155,5 +155,5 @@ def deployment_out(first: Deployment) -> dict[str, Any]:
         ],
         "created_by": first.created_by.get_username() if first.created_by else None,
         "created_at": first.created_at,
-        "command": [str(part) for part in first.plan.get("command", [])],
+        "command": list(first.planned_argv),
     }

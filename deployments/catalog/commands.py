@@ -6,7 +6,7 @@ import json
 import shlex
 from typing import Any
 
-from deployments import planning
+from deployments import planning, snapshot
 from deployments.catalog.sources import ModelSource
 
 HF_CACHE = "/root/.cache/huggingface"
@@ -24,9 +24,13 @@ def command_blocks(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
     return [(key, title, commands.get(key, "")) for key, title in COMMAND_TITLES]
 
 
-def serve_argv(p: planning.Plan, source: ModelSource) -> list[str]:
-    """The plan's own command (the planner pins ``--revision`` when one was asked for)."""
-    return list(p.command)
+def plan_argv(p: planning.Plan, source: ModelSource) -> list[str]:
+    """The plan's `vllm serve` line, pinned to the source's revision: rendered by the vLLM
+    adapter from the plan's snapshot, the same function a host worker spawns the engine with."""
+    plan = snapshot.from_plan(p)
+    return list(
+        snapshot.planned_command(plan, "vllm", model=source.engine_model, revision=source.revision)
+    )
 
 
 def _container_model(source: ModelSource) -> str:

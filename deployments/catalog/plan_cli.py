@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deployments import planning
+from deployments import planning, snapshot
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
 from deployments.planning.units import GIB
 
@@ -171,7 +171,7 @@ def render(
     GPU (given the inventory), what sets the model's KV cache apart, then every other layout."""
     if not result.plans:
         return "No layout to plan: the inventory has no GPUs."
-    lines = _plan_block(result.plans[0])
+    lines = _plan_block(result.plans[0], request or planning.PlanRequest())
     if inventory is not None:
         shares = planning.share_lines(result.plans[0], inventory, request or planning.PlanRequest())
         lines += [f"share: {line}" for line in shares]
@@ -191,7 +191,7 @@ def render(
     return "\n".join(lines)
 
 
-def _plan_block(p: planning.Plan) -> list[str]:
+def _plan_block(p: planning.Plan, request: planning.PlanRequest) -> list[str]:
     verdict = ("fits, TIGHT" if p.tight else "fits") if p.fits else "does NOT fit"
     asked = f" of {p.replicas_asked} asked" if p.replicas_asked else ""
     lines = [
@@ -212,7 +212,10 @@ def _plan_block(p: planning.Plan) -> list[str]:
     lines += [f"tight: {r}" for r in p.tight_reasons]
     if len(p.gpus) > 1:
         lines.append("replicas on: " + replica_hosts(p.gpus))
-    return [*lines, "command: " + " ".join(p.command)]
+    argv = snapshot.planned_command(
+        snapshot.from_plan(p), "vllm", model=request.model or "MODEL", revision=request.revision
+    )
+    return [*lines, "command: " + " ".join(argv)]
 
 
 def replica_hosts(gpus: tuple[tuple[planning.GpuRef, ...], ...], shown: int = 8) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from django.utils.text import slugify
 
 from deployments import planning
-from deployments.catalog.commands import docker_lines, k8s_manifest, serve_argv
+from deployments.catalog.commands import docker_lines, k8s_manifest, plan_argv
 from deployments.catalog.plan_targets import PlanTarget
 from deployments.catalog.selectors import concurrency_text
 from deployments.catalog.sources import ModelSource
@@ -153,7 +153,7 @@ def _plan_view(
     req: planning.PlanRequest,
 ) -> dict[str, Any]:
     details = planning.plan_details(p)
-    argv = serve_argv(p, source)
+    argv = plan_argv(p, source)
     details["gpu_labels"] = _gpu_labels(p)
     details["chart"] = chart_data(details["per_gpu"], details["gpu_labels"])
     details["commands"] = {

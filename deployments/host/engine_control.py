@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,13 +13,13 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
+from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
 from deployments.host import diagnosis, launchphases, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
 from deployments.host.dbretry import retried
 from deployments.host.downloads import fetching
-from deployments.host.engines import LaunchSpec, UnsupportedSpec, get_adapter
-from deployments.host.engines.probes import smoke_test, wait_ready
 from deployments.host.owner import engine_owner
+from deployments.host.probes import smoke_test, wait_ready
 from deployments.host.raynodes import cluster
 from deployments.models import Deployment, Engine, Status
 
@@ -32,48 +33,58 @@ def log_dir() -> Path:
 
 
 def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> LaunchSpec:
-    """The engine's settings; with `snapshot` (weights this worker fetched), the engine loads
-    that folder offline instead of reaching the Hub itself."""
-    plan = d.plan
+    """The engine's settings: the plan's (`Deployment.snapshot`) plus this host's facts; with
+    `snapshot` (weights this worker fetched), the engine loads that folder offline instead of
+    reaching the Hub itself."""
+    plan = d.snapshot
     leases = d.leases.filter(active=True, gpu__host=d.host).select_related("gpu")
     indices = tuple(lease.gpu.index for lease in leases)
-    multi_host = bool(plan.get("multi_host"))
+    spans = d.spans_hosts
     # Over several hosts it is vLLM on Ray even on simulated GPUs (a test engine stands in).
-    simulated = d.host.simulated and not multi_host
-    request = plan.get("request", {})
-    model, revision, hub_env = _weights_ref(d, snapshot, multi_host)
-    return LaunchSpec(
-        deployment_id=str(d.pk),
-        model=model,
-        port=port,
-        host=settings.SHARDBOARD_ENGINE_HOST,
-        revision=revision,
-        served_model_name=d.name,
-        api_key=d.engine_api_key() if d.engine == Engine.VLLM else None,
-        tensor_parallel_size=1 if simulated else plan.get("tensor_parallel_size", 1),
-        pipeline_parallel_size=1 if simulated else plan.get("pipeline_parallel_size", 1),
-        gpu_indices=() if simulated else indices,
-        gpu_memory_utilization=_utilization(d, request),
-        max_model_len=None if d.engine == Engine.TRANSFORMERS else plan.get("max_model_len"),
-        max_num_seqs=request.get("max_num_seqs"),
-        dtype=None if request.get("dtype", "auto") == "auto" else request["dtype"],
-        quantization=request.get("quantization") if d.engine == Engine.VLLM else None,
-        kv_cache_dtype=None
-        if request.get("kv_cache_dtype", "auto") == "auto"
-        else request["kv_cache_dtype"],
-        multi_host=multi_host,
-        ray_address=cluster.head_address(d) if multi_host else None,
-        node_address=settings.SHARDBOARD_RAY_NODE_ADDRESS if multi_host else None,
-        device="cpu" if simulated else "cuda",
-        hf_offline=snapshot is not None or _is_local(d),
-        hf_token=None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
-        owner=engine_owner(),
-        extra_env=hub_env,
-    )
+    simulated = d.host.simulated and not spans
+    model, revision, hub_env = _weights_ref(d, snapshot, spans)
+    facts: dict[str, Any] = {
+        "deployment_id": str(d.pk),
+        "model": model,
+        "port": port,
+        "host": settings.SHARDBOARD_ENGINE_HOST,
+        "revision": revision,
+        "served_model_name": d.name,
+        "api_key": d.engine_api_key() if d.engine == Engine.VLLM else None,
+        "gpu_indices": () if simulated else indices,
+        "spans_hosts": spans,
+        "ray_address": cluster.head_address(d) if spans else None,
+        "node_address": settings.SHARDBOARD_RAY_NODE_ADDRESS if spans else None,
+        "device": "cpu" if simulated else "cuda",
+        "hf_offline": snapshot is not None or _is_local(d),
+        "hf_token": None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
+        "owner": engine_owner(),
+        "extra_env": hub_env,
+    }
+    if simulated:
+        facts |= {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+    if d.engine != Engine.VLLM:
+        facts |= _beside_vllm(plan.request)
+    return plan.launch_spec(**facts)
+
+
+def _beside_vllm(request: Mapping[str, Any]) -> dict[str, Any]:
+    """An engine other than vLLM gets only the settings the user asked for: the planner's
+    figures are vLLM's (transformers serve names what it ignores in its warnings)."""
+    return {
+        "gpu_memory_utilization": request.get("gpu_memory_utilization"),
+        "max_model_len": None,
+        "max_num_seqs": request.get("max_num_seqs"),
+        "max_num_batched_tokens": None,
+        "quantization": None,
+        "decode_context_parallel_size": None,
+        "block_size": None,
+        "enforce_eager": False,
+    }
 
 
 def _weights_ref(
-    d: Deployment, snapshot: Path | None, multi_host: bool
+    d: Deployment, snapshot: Path | None, spans_hosts: bool
 ) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
     """The model argument, its revision, and the Hub environment of the engine.
 
@@ -83,25 +94,13 @@ def _weights_ref(
     node's own cache (each node's HF_HUB_CACHE: raynodes.commands.node_env)."""
     if snapshot is None:
         return d.model_id, d.revision or None, ()
-    if multi_host:
+    if spans_hosts:
         return d.model_id, snapshot.name, (("HF_HUB_CACHE", str(fetching.cache_dir())),)
     return str(snapshot), None, ()
 
 
-def _utilization(d: Deployment, request: dict[str, Any]) -> float | None:
-    """vLLM claims the share the launch reserved (the plan's, sized for a stated load), not
-    its default; transformers serve has no such setting."""
-    if d.engine != Engine.VLLM:
-        return request.get("gpu_memory_utilization")
-    command = list(d.plan.get("command") or [])
-    flag = "--gpu-memory-utilization"
-    if flag in command[:-1]:
-        return float(command[command.index(flag) + 1])
-    return request.get("gpu_memory_utilization")
-
-
 def _is_local(d: Deployment) -> bool:
-    return str(d.plan.get("model_ref", "")).startswith(LOCAL_PREFIX) or d.model_id.startswith("/")
+    return d.snapshot.model_ref.startswith(LOCAL_PREFIX) or d.model_id.startswith("/")
 
 
 def _hub_token(d: Deployment) -> str | None:
@@ -136,7 +135,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     joins_sent = False
     if settings.SHARDBOARD_FETCH_WEIGHTS and not _is_local(d):
         token = _hub_token(d)
-        commit = cluster.fetch_ahead(d, token) if d.plan.get("multi_host") else ""
+        commit = cluster.fetch_ahead(d, token) if d.spans_hosts else ""
         joins_sent = bool(commit)
         fetched = fetching.for_launch(d, token, recorder, commit)
         if fetched.ended:
@@ -150,7 +149,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
         recorder.close()
         return {"skipped": "ended while waiting for its turn on a shared GPU"}
-    if d.plan.get("multi_host"):
+    if d.spans_hosts:
         try:
             cluster.form_cluster(d, snapshot.name if snapshot else "", joins_sent=joins_sent)
         except cluster.ClusterError as exc:

@@ -18,7 +18,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from deployments import events
-from deployments.host.engines.phases import READY, PhaseTracker
+from deployments.engines.phases import READY, PhaseTracker
 from deployments.models import Deployment, LaunchPhase, Phase
 
 log = logging.getLogger(__name__)

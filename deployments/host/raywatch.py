@@ -64,7 +64,7 @@ def check_lead() -> None:
     rows = Deployment.objects.filter(
         host__name=settings.SHARDBOARD_HOST_NAME,
         status__in=[Status.STARTING, Status.RUNNING],
-        plan__multi_host=True,
+        spans_hosts=True,
     ).select_related("host")
     for d in rows:
         reason = problem(d)

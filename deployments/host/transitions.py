@@ -66,7 +66,7 @@ def move(
             if release_leases:
                 release(d)
             events.publish_on_commit(d)
-            if new in TERMINAL and d.plan.get("multi_host"):
+            if new in TERMINAL and d.spans_hosts:
                 # every caller has stopped the engine by now: the Ray nodes go next
                 transaction.on_commit(partial(cluster.teardown, d.pk))
     return moved

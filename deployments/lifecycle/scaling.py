@@ -33,6 +33,7 @@ from deployments.lifecycle.services import (
     reserve_gpus,
 )
 from deployments.models import ACTIVE, Deployment, Status
+from deployments.snapshot import GpuSlot
 from teams import membership
 
 MAX_REPLICAS = 16
@@ -58,7 +59,7 @@ def deployment_scale(
             raise DeploymentError(problem)
         if not live or first.status not in _LIVE:
             raise DeploymentError(f"{first.name} is not running; launch it again instead.")
-        if first.plan.get("multi_host"):
+        if first.spans_hosts:
             raise DeploymentError(
                 f"{first.name} spans several hosts on a Ray cluster of its own: one replica, "
                 "not scaled. Launch another deployment for more."
@@ -86,8 +87,8 @@ def _scale_down(
     going = sorted(live, key=lambda r: r.replica_index)[replicas:]
     for row in going:
         row.transition(Status.STOPPING, reason=f"scaled down by {user.get_username()}")
-        row.plan = {**row.plan, "retired": True}
-        row.save(update_fields=["plan"])
+        row.retired = True
+        row.save(update_fields=["retired"])
     _remember_asked(first, replicas)
     _audit(user, first, len(live), replicas, [r.pk for r in going], http_request)
     for row in going:
@@ -100,7 +101,7 @@ def _scale_up(
 ) -> Deployment:
     host = online_host(first.host.name)
     try:
-        source = resolve_source(first.plan.get("model_ref", first.model_id), first.revision)
+        source = resolve_source(first.snapshot.model_ref or first.model_id, first.revision)
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
     with transaction.atomic():
@@ -130,16 +131,16 @@ def _scale_up(
 def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planning.Plan:
     """Where `adding` more replicas of the first one's layout go, or a refusal saying how
     many the free GPUs hold."""
-    snapshot = first.plan
+    snapshot = first.snapshot
     overrides = {
         k: v
-        for k, v in (snapshot.get("request") or {}).items()
+        for k, v in snapshot.request.items()
         if k in planning.PlanRequest.__dataclass_fields__ and k not in ("replicas", "concurrency")
     }
     overrides |= {
-        "tensor_parallel_size": snapshot.get("tensor_parallel_size"),
-        "pipeline_parallel_size": snapshot.get("pipeline_parallel_size"),
-        "max_model_len": snapshot.get("max_model_len"),
+        "tensor_parallel_size": snapshot.engine_args.tensor_parallel_size,
+        "pipeline_parallel_size": snapshot.engine_args.pipeline_parallel_size,
+        "max_model_len": snapshot.engine_args.max_model_len,
     }
     pinned = planning.PlanRequest(**overrides)
     request = LaunchRequest(
@@ -155,7 +156,7 @@ def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planni
         plan, _ = choose_plan(source, first.host, request)
     except DeploymentError as exc:
         raise DeploymentError(f"Cannot add {adding} replica(s) to {first.name}: {exc}") from exc
-    wanted = [g.get("total_bytes") for g in snapshot.get("per_gpu", [])]
+    wanted = [g.total_bytes for g in snapshot.per_gpu]
     if [m.total_bytes for m in plan.per_gpu] != wanted:
         raise DeploymentError(
             f"The free GPUs of {host.name} would not run {first.name}'s command as it is "
@@ -167,7 +168,6 @@ def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planni
 def _new_rows(
     first: Deployment, plan: planning.Plan, rows: list[Deployment], adding: int
 ) -> list[Deployment]:
-    snapshot = planning.plan_details(plan)
     # After every replica this launch ever had, retired ones included: an index names one
     # engine's history.
     ever = Deployment.objects.filter(Q(pk=first.pk) | Q(replica_of=first))
@@ -176,8 +176,10 @@ def _new_rows(
     try:
         with transaction.atomic():
             for k in range(adding):
-                plan_json = {**first.plan, "gpus": snapshot["gpus"][k : k + 1]}
-                plan_json.pop("retired", None)
+                # The first replica's settings on the GPUs placed for this one: every replica
+                # runs the same command (scaling refuses a placement whose memory differs).
+                gpus = [tuple(GpuSlot(g.host, g.index) for g in plan.gpus[k])]
+                own = first.snapshot.with_gpus(gpus)
                 out.append(
                     Deployment.objects.create(
                         name=first.name,
@@ -185,7 +187,8 @@ def _new_rows(
                         revision=first.revision,
                         engine=first.engine,
                         host=first.host,
-                        plan=plan_json,
+                        plan=own.to_json(),
+                        spans_hosts=first.spans_hosts,
                         auto_restart=first.auto_restart,
                         hub_token_sealed=first.hub_token_sealed,
                         created_by=first.created_by,
@@ -201,8 +204,8 @@ def _new_rows(
 
 def _remember_asked(first: Deployment, replicas: int) -> None:
     """A later launch again starts as many replicas as the deployment has now."""
-    request = {**(first.plan.get("request") or {}), "replicas": replicas}
-    Deployment.objects.filter(pk=first.pk).update(plan={**first.plan, "request": request})
+    again = first.snapshot.with_request(replicas=replicas)
+    Deployment.objects.filter(pk=first.pk).update(plan=again.to_json())
     first.refresh_from_db(fields=["plan"])
 
 

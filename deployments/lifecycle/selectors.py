@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
@@ -16,6 +16,7 @@ from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
 from deployments.lifecycle.steps import launch_steps
 from deployments.models import ACTIVE, Deployment, Status
+from deployments.snapshot import PlanSnapshot
 from monitoring.models import Host
 from playground.gateway import balance
 
@@ -109,8 +110,7 @@ def replica_rows(deployment: Deployment) -> list[ReplicaRow]:
     counts = balance.in_flight([r.pk for r in rows])
     for r in rows:
         held = sorted(lease.gpu.index for lease in r.leases.all() if lease.active)
-        planned = [g.get("index") for g in (r.plan.get("gpus") or [[]])[0]]
-        gpus = held or [i for i in planned if isinstance(i, int)]
+        gpus = held or list(r.snapshot.gpu_indices)
         out.append(ReplicaRow(r, gpus, counts.get(r.pk, 0)))
     return out
 
@@ -120,9 +120,11 @@ def host_names() -> list[str]:
 
 
 def planned_memory(deployment: Deployment) -> list[dict[str, Any]]:
-    per_gpu = deployment.plan.get("per_gpu", [])
-    replica = (deployment.plan.get("gpus") or [[]])[0]
-    return [{"gpu": ref.get("index"), **mem} for ref, mem in zip(replica, per_gpu, strict=False)]
+    plan = deployment.snapshot
+    return [
+        {"gpu": index, **asdict(mem)}
+        for index, mem in zip(plan.gpu_indices, plan.per_gpu, strict=False)
+    ]
 
 
 def detail_context(deployment: Deployment) -> dict[str, Any]:
@@ -142,7 +144,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "shares": share_table(deployment),
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,
-        "plan_figures": plan_figures(deployment.plan),
+        "plan_figures": plan_figures(deployment.snapshot),
         "log": log_panel(deployment),
         "steps": launch_steps(deployment),
     }
@@ -171,9 +173,9 @@ def log_panel(deployment: Deployment) -> LogPanel:
     return LogPanel(text, lines[-1][0] if lines else "", deployment.is_active, note)
 
 
-def plan_figures(plan: dict[str, Any]) -> dict[str, str]:
+def plan_figures(plan: PlanSnapshot) -> dict[str, str]:
     """The plan's KV cache tokens and max concurrency as people read them (305,855,280)."""
-    tokens, concurrency = plan.get("kv_cache_tokens"), plan.get("max_concurrency")
+    tokens, concurrency = plan.kv_cache_tokens, plan.max_concurrency
     return {
         "kv_cache_tokens": "?" if tokens is None else f"{int(tokens):,}",
         "max_concurrency": "?" if concurrency is None else concurrency_text(float(concurrency)),

@@ -27,6 +27,7 @@ from deployments.lifecycle.reservations import ReservationConflict as Reservatio
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
 from deployments.models import ACTIVE, Deployment, Engine, Status
+from deployments.snapshot import PlanSnapshot, from_plan
 from monitoring.models import Host
 from teams import membership
 
@@ -207,7 +208,7 @@ def _create(
     options: dict[str, Any],
     http_request: HttpRequest | None,
 ) -> Deployment:
-    snapshot = planning.plan_details(plan)
+    snapshot = from_plan(plan, model_ref=source.ref, request=options["overrides"])
     count = max(len(plan.gpus), 1)
     try:
         with transaction.atomic():
@@ -242,11 +243,11 @@ def _create(
             "team": team.name if (team := options.get("team")) else None,
             "replicas": count,
             "replicas_asked": options["overrides"].get("replicas", 1),
-            "gpus": [g["index"] for g in snapshot["gpus"][0]],
-            "replica_gpus": [[g["index"] for g in r] for r in snapshot["gpus"][:count]],
+            "gpus": list(snapshot.gpu_indices),
+            "replica_gpus": [[g.index for g in r] for r in snapshot.gpus[:count]],
             "replica_ids": [row.pk for row in rows],
-            "reserved_bytes": [g["total_bytes"] for g in snapshot["per_gpu"]],
-            "planned_command": snapshot["command"],
+            "reserved_bytes": [g.total_bytes for g in snapshot.per_gpu],
+            "planned_command": list(first.planned_argv),
             "tensor_parallel_size": plan.tensor_parallel_size,
             "pipeline_parallel_size": plan.pipeline_parallel_size,
             "auto_restart": options["auto_restart"],
@@ -264,15 +265,15 @@ def _create_rows(
     host: Host,
     source: ModelSource,
     engine: str,
-    snapshot: dict[str, Any],
+    snapshot: PlanSnapshot,
     options: dict[str, Any],
     count: int,
 ) -> list[Deployment]:
     """The first replica's row, then one per further replica pointing at it; each row's plan
-    names its own GPUs."""
+    snapshot names its own GPUs."""
     rows: list[Deployment] = []
     for index in range(1, count + 1):
-        gpus = snapshot["gpus"][index - 1 : index]
+        own = snapshot.with_gpus(snapshot.gpus[index - 1 : index])
         rows.append(
             Deployment.objects.create(
                 name=name,
@@ -280,12 +281,8 @@ def _create_rows(
                 revision=source.revision,
                 engine=engine,
                 host=host,
-                plan={
-                    **snapshot,
-                    "gpus": gpus,
-                    "model_ref": source.ref,
-                    "request": options["overrides"],
-                },
+                plan=own.to_json(),
+                spans_hosts=own.engine_args.spans_hosts,
                 auto_restart=options["auto_restart"],
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
@@ -366,12 +363,12 @@ def deployment_relaunch(
     first = group[0]
     if any(r.is_active for r in group):
         raise DeploymentError(f"Stop {first.name} first; a restart launches it anew.")
-    plan = first.plan
-    overrides = dict(plan.get("request", {}))
+    plan = first.snapshot
+    overrides = dict(plan.request)
     asked = overrides.pop("replicas", 1)  # launched before replicas: one
     request = LaunchRequest(
         name=first.name,
-        model_ref=plan.get("model_ref", first.model_id),
+        model_ref=plan.model_ref or first.model_id,
         host_name=first.host.name,
         engine=first.engine,
         revision=first.revision,

@@ -15,10 +15,14 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from deployments.engines import UnsupportedSpec
+from deployments.snapshot import PlanSnapshot, planned_command
 from monitoring.models import Gpu, Host
 
 
 class Status(models.TextChoices):
+    """Where a deployment row is in its life; `_NEXT` says which moves are allowed."""
+
     PENDING = "pending", "Pending"
     STARTING = "starting", "Starting"
     RUNNING = "running", "Running"
@@ -50,17 +54,32 @@ def can_move(old: Status, new: Status) -> bool:
 
 
 class Engine(models.TextChoices):
+    """The engine a deployment runs: one adapter each in deployments.engines."""
+
     VLLM = "vllm", "vLLM"
     TRANSFORMERS = "transformers", "Transformers"
 
 
 class Deployment(models.Model):
+    """One replica's engine of a launch: its plan (`snapshot`), host, process and state.
+
+    `plan` holds the `PlanSnapshot` written at launch; read it through `snapshot`, never by
+    key. What changes after launch is a column (`retired`, the process fields, `status`).
+    """
+
     name = models.SlugField(max_length=63)
     model_id = models.CharField(max_length=300, help_text="Hub id or local path")
     revision = models.CharField(max_length=100, blank=True)
     engine = models.CharField(max_length=20, choices=Engine.choices)
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
-    plan = models.JSONField(default=dict)
+    plan = models.JSONField(default=dict, help_text="the PlanSnapshot's JSON (snapshot.py)")
+    # Queried, so columns, not plan keys: raywatch filters on spans_hosts, group() on retired.
+    spans_hosts = models.BooleanField(
+        default=False, help_text="one replica over several hosts on a Ray cluster of its own"
+    )
+    retired = models.BooleanField(
+        default=False, help_text="stopped by a scale-down: no longer one of the replicas"
+    )
     argv = models.JSONField(default=list, blank=True, help_text="rendered, secrets masked")
     env = models.JSONField(default=dict, blank=True, help_text="rendered, secrets masked")
     port = models.PositiveIntegerField(null=True, blank=True)
@@ -133,14 +152,24 @@ class Deployment(models.Model):
         (their rows keep their history; lifecycle.scaling)."""
         return (
             Deployment.objects.filter(Q(pk=self.group_id) | Q(replica_of_id=self.group_id))
-            .filter(Q(plan__retired__isnull=True) | Q(plan__retired=False))
+            .filter(retired=False)
             .order_by("replica_index")
         )
 
     @property
-    def retired(self) -> bool:
-        """Stopped by a scale-down: no longer one of the deployment's replicas."""
-        return bool(self.plan.get("retired"))
+    def snapshot(self) -> PlanSnapshot:
+        """The plan as the launch wrote it: the one way to read `plan`."""
+        return PlanSnapshot.from_json(self.plan)
+
+    @property
+    def planned_argv(self) -> tuple[str, ...]:
+        """The engine command the plan stands for, as a user would run it (no secrets)."""
+        try:
+            return planned_command(
+                self.snapshot, self.engine, model=self.model_id, revision=self.revision
+            )
+        except UnsupportedSpec:
+            return ()  # an engine this release has no adapter for: no command, not an error page
 
     @property
     def is_active(self) -> bool:
@@ -179,6 +208,8 @@ class Deployment(models.Model):
 
 
 class DeploymentEvent(models.Model):
+    """One state change of a deployment row, with its reason: the timeline on its page."""
+
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
     old_status = models.CharField(max_length=20, choices=Status.choices, blank=True)
     new_status = models.CharField(max_length=20, choices=Status.choices)

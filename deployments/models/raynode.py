@@ -15,10 +15,14 @@ class RayNode(models.Model):
     ``host`` starts, watches and stops it; ``state`` tells the lead's worker how it went."""
 
     class Role(models.TextChoices):
+        """The head runs the engine's driver; workers only join."""
+
         HEAD = "head", "Head"
         WORKER = "worker", "Worker"
 
     class State(models.TextChoices):
+        """The node process's life, as its host worker last saw it."""
+
         PENDING = "pending", "Pending"
         RUNNING = "running", "Running"
         EXITED = "exited", "Exited"  # ended on its own: the deployment fails with the reason

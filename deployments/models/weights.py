@@ -13,7 +13,7 @@ from .core import Deployment
 
 
 class Phase(models.TextChoices):
-    """The steps of an engine's start, in order (host.engines.phases recognises them)."""
+    """The steps of an engine's start, in order (deployments.engines.phases recognises them)."""
 
     DOWNLOADING = "downloading", "Downloading weights"
     LOADING = "loading", "Loading weights"
@@ -55,6 +55,8 @@ class LaunchPhase(models.Model):
 
 
 class DownloadStatus(models.TextChoices):
+    """Where a `ModelDownload` is; done, failed and cancelled are final."""
+
     QUEUED = "queued", "Queued"
     DOWNLOADING = "downloading", "Downloading"
     DONE = "done", "Done"

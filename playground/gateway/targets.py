@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from deployments.host.engines import get_adapter
+from deployments.engines import get_adapter
 from deployments.models import Deployment, Status
 from playground.gateway.access import AccessError
 from playground.gateway.upstream import Target

@@ -107,12 +107,12 @@ def recorded_run(operator: Any) -> Callable[..., BenchmarkRun]:
             "host": HOST,
             "engine": d.engine,
             "simulated": True,
-            "gpu_indices": [0, 1][: d.plan["tensor_parallel_size"]],
-            "tensor_parallel_size": d.plan["tensor_parallel_size"],
+            "gpu_indices": [0, 1][: d.snapshot.engine_args.tensor_parallel_size],
+            "tensor_parallel_size": d.snapshot.engine_args.tensor_parallel_size,
             "pipeline_parallel_size": 1,
             "plan_max_concurrency": 3.5,
             "plan_kv_cache_tokens": 2400,
-            "command": d.plan["command"],
+            "command": list(d.planned_argv),
         }
         workload = {"prompt": {"mean": 20}, "output": {"mean": 10}, "levels": [1, 2, 4],
                     "requests_per_level": 8, "sla_ttft_p95_ms": 150.0}  # fmt: skip

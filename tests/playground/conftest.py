@@ -74,10 +74,10 @@ def tiny_engine(
     """The engine the deployment tests launch, spawned by hand: it is not a deployment, and
     without the deployment marker host workers of other test runs on this machine do not
     take it for an orphan of theirs and stop it (deployments.worker.reconcile)."""
+    from deployments.engines import LaunchSpec, get_adapter
+    from deployments.engines.base import MARKER_ENV
     from deployments.host import supervisor as sv
-    from deployments.host.engines import LaunchSpec, get_adapter
-    from deployments.host.engines.base import MARKER_ENV
-    from deployments.host.engines.probes import wait_ready
+    from deployments.host.probes import wait_ready
 
     root = tmp_path_factory.mktemp("playground-engine")
     spec = LaunchSpec(

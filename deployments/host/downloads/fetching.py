@@ -21,9 +21,9 @@ from django.utils import timezone
 from huggingface_hub import constants as hf_constants
 
 from deployments import events
+from deployments.engines.phases import DOWNLOADING
 from deployments.host.downloads import hub, inventory
 from deployments.host.downloads.manifest import complete_snapshot, save_manifest
-from deployments.host.engines.phases import DOWNLOADING
 from deployments.host.launchphases import Recorder
 from deployments.models import Deployment, DownloadStatus, ModelDownload, Status
 from monitoring.models import Host

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from deployments.host.engines.base import MASK
+from deployments.engines.base import MASK
 
 MAX_LINE_CHARS = 4000  # vLLM's one-line engine config is about 3000 characters
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from deployments.host.engines.base import MARKER_ENV, OWNER_ENV
+from deployments.engines.base import MARKER_ENV, OWNER_ENV
 
 NODE_MARKER_PREFIX = "ray-node:"
 PORT_BLOCK = 48  # 8 service ports, then 40 for Ray's worker processes

@@ -1,13 +1,13 @@
 """Engine processes on one host: spawn, probe, watch, stop, find again after a worker restart.
 
 Runs in the host worker. No Django here: the host worker's Celery tasks call these functions
-and persist the results; nothing of the project is imported but ``deployments.host.engines``.
+and persist the results; nothing of the project is imported but ``deployments.engines``.
 Launch: adapter.build(spec) → spawn(cmd.argv, cmd.env, log) → wait_ready(...) → smoke_test(...).
 Watchdog: poll_exit(handle) every second (or watch()); on an exit, stop(handle) sweeps the
 group and diagnosis.diagnose_exit(tail(log), ...) says why. Reconcile: find_engines(), adopt().
 """
 
-from deployments.host.engines.probes import (
+from deployments.host.probes import (
     ReadyResult,
     SmokeResult,
     completion_text,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from deployments.host.engines.base import MARKER_ENV, OWNER_ENV
+from deployments.engines.base import MARKER_ENV, OWNER_ENV
 from deployments.host.supervisor.processes import EngineHandle
 
 

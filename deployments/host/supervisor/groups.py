@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from deployments.host.engines.base import MARKER_ENV, OWNER_ENV
+from deployments.engines.base import MARKER_ENV, OWNER_ENV
 from deployments.host.supervisor.processes import (
     EngineHandle,
     ExitInfo,

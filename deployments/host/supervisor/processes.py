@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from deployments.host.engines.base import MARKER_ENV, OWNER_ENV
+from deployments.engines.base import MARKER_ENV, OWNER_ENV
 
 _TAIL_MAX_BYTES = 256 * 1024
 _SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)

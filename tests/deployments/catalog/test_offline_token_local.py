@@ -83,10 +83,10 @@ def test_local_models_listed_and_planned(
     page = client.get("/models/local/0/qwen-local/")
     assert page.status_code == 200
     assert 'data-arch="kv-heads">4<' in page.content.decode()
-    plan = client.get("/models/plan/", {"ref": "local:0/qwen-local"}).json()
+    panel = client.get("/models/plan/", {"ref": "local:0/qwen-local"}).json()
     folder = str((model_roots["root"] / "qwen-local").resolve())
-    assert plan["plan"]["commands"]["vllm"].startswith(f"vllm serve {folder} ")
-    assert f"-v {folder}:/models/qwen-local:ro" in plan["plan"]["commands"]["docker"]
+    assert panel["plan"]["commands"]["vllm"].startswith(f"vllm serve {folder} ")
+    assert f"-v {folder}:/models/qwen-local:ro" in panel["plan"]["commands"]["docker"]
 
 
 @pytest.mark.parametrize(

@@ -203,7 +203,7 @@ def test_local_model_plan_launch_running_stop(
     page.click("#launch-button")
     page.wait_for_url("**/deployments/*/")
     d = Deployment.objects.get(name="tiny-browser")
-    assert d.plan["max_model_len"] == 256
+    assert d.snapshot.engine_args.max_model_len == 256
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), 120)
     d.refresh_from_db()
     assert d.status == "running", d.failure_reason
@@ -275,7 +275,7 @@ def test_a_model_too_large_for_each_host_spans_the_fleet(
     page.click("#launch-button")
     page.wait_for_url("**/deployments/*/")
     d = Deployment.objects.get(name="spans-hosts")
-    assert d.host.name == "fleet-a" and d.plan["multi_host"]
+    assert d.host.name == "fleet-a" and d.spans_hosts
     leased = GpuLease.objects.filter(deployment=d, active=True)
     assert sorted(leased.values_list("gpu__host__name", flat=True)) == ["fleet-a", "fleet-b"]
     nodes = RayNode.objects.filter(deployment=d).order_by("role")

@@ -235,8 +235,8 @@ def test_local_folder_reads_hf_quant_config_beside_config_json(tmp_path):
     cfg, _ = read_model_folder(tmp_path)
     assert cfg["quantization_config"]["quantization"]["quant_algo"] == "NVFP4"
     args = {"model": str(tmp_path), "gpus": "4x80GiB", "tp": 4, "max_model_len": 8192}
-    plan = json.loads(run_plan({**args, "json": True}))["plans"][0]
-    assert plan["fits"] and 30 << 30 <= plan["per_gpu"][0]["weights_bytes"] <= 33 << 30
+    best = json.loads(run_plan({**args, "json": True}))["plans"][0]
+    assert best["fits"] and 30 << 30 <= best["per_gpu"][0]["weights_bytes"] <= 33 << 30
 
 
 def test_decode_context_parallel_in_json(tmp_path):
@@ -244,10 +244,10 @@ def test_decode_context_parallel_in_json(tmp_path):
     options = {"model": str(tmp_path), "gpus": "8x141GiB", "tp": 8, "max_model_len": 32768}
     base = json.loads(run_plan({**options, "json": True}))["plans"][0]
     dcp = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 4}))
-    plan = dcp["plans"][0]
-    assert plan["fits"]
-    assert plan["command"][plan["command"].index("--decode-context-parallel-size") + 1] == "4"
-    assert 3.9 < plan["kv_cache_tokens"] / base["kv_cache_tokens"] <= 4.0
+    best = dcp["plans"][0]
+    assert best["fits"]
+    assert best["command"][best["command"].index("--decode-context-parallel-size") + 1] == "4"
+    assert 3.9 < best["kv_cache_tokens"] / base["kv_cache_tokens"] <= 4.0
     refused = json.loads(run_plan({**options, "json": True, "decode_context_parallel_size": 3}))
     assert refused["plans"][0]["reasons"][0] == "tp_size=8 must be divisible by dcp_size=3."
 

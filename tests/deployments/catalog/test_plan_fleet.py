@@ -67,7 +67,7 @@ def test_all_online_hosts_yield_a_spanning_plan_and_its_launch(
     response = client.post("/deployments/new/", form)
     d = Deployment.objects.get(name="spans")
     assert response.status_code == 302 and response["Location"] == f"/deployments/{d.pk}/"
-    assert d.host.name == "fleet-a" and d.plan["multi_host"]
+    assert d.host.name == "fleet-a" and d.spans_hosts
     leases = GpuLease.objects.filter(deployment=d, active=True)
     assert sorted(leases.values_list("gpu__host__name", "gpu__index")) == [
         ("fleet-a", 0),

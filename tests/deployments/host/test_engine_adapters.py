@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.host.engines import (
+from deployments.engines import (
     MARKER_ENV,
     LaunchSpec,
     TransformersAdapter,
@@ -87,10 +87,10 @@ def test_vllm_probe_checks_models_with_key() -> None:
     assert probe.expected_model == "llama-8b"
 
 
-def test_vllm_multi_host_uses_ray() -> None:
+def test_vllm_spans_hosts_uses_ray() -> None:
     cmd = VllmAdapter().build(
         vllm_spec(
-            multi_host=True,
+            spans_hosts=True,
             tensor_parallel_size=2,
             pipeline_parallel_size=2,
             ray_address="10.0.0.1:20000",
@@ -182,7 +182,7 @@ def test_transformers_on_one_gpu() -> None:
     "overrides",
     [
         {"tensor_parallel_size": 2},
-        {"multi_host": True},
+        {"spans_hosts": True},
         {"model": "/models/a@b"},
         {"quantization": "awq"},
         {"extra_args": ("--host", ALL)},

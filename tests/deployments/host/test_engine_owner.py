@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from deployments.engines import MARKER_ENV, OWNER_ENV
 from deployments.host import owner as identity
 from deployments.host import supervisor as sv
-from deployments.host.engines import MARKER_ENV, OWNER_ENV
 from deployments.models import Deployment, Status
 from monitoring.models import Host
 from tests.support.waiting import wait_for

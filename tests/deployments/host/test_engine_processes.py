@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployments.engines import MARKER_ENV, EngineCommand, LaunchSpec, VllmAdapter, get_adapter
 from deployments.host import supervisor as sv
 from deployments.host.diagnosis import diagnose, diagnose_spawn_error
-from deployments.host.engines import MARKER_ENV, EngineCommand, LaunchSpec, VllmAdapter, get_adapter
 from tests.support.processes import ROOT
 
 pytestmark = pytest.mark.engine

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.host.engines.phases import PhaseTracker, Step, read_line
+from deployments.engines.phases import PhaseTracker, Step, read_line
 from deployments.host.logship.cleaning import Masker, clean_line
 
 LOGS = Path(__file__).parent / "startup_logs"

@@ -24,7 +24,7 @@ from django.conf import settings
 
 from controlpanel.models import AuditEvent
 from deployments import planning
-from deployments.host.engines import MARKER_ENV
+from deployments.engines import MARKER_ENV
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, GpuLease, RayNode
 from tests.support.processes import ROOT

@@ -12,9 +12,9 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from deployments.engines import LaunchSpec, VllmAdapter
 from deployments.host import engine_control
 from deployments.host.downloads import fetching
-from deployments.host.engines import LaunchSpec, VllmAdapter
 from deployments.host.raynodes import commands
 from deployments.models import Deployment
 
@@ -55,7 +55,7 @@ def two_host_spec() -> LaunchSpec:
         gpu_indices=(0, 1, 2, 3),
         gpu_memory_utilization=0.9,
         max_model_len=8192,
-        multi_host=True,
+        spans_hosts=True,
         ray_address=f"{LEAD_ADDRESS}:{PORT}",
         node_address=LEAD_ADDRESS,
         owner="gpu-a@0123456789ab",
@@ -155,13 +155,13 @@ def test_golden_two_host_hub_model_is_the_repo_pinned_to_the_commit_offline() ->
     vLLM only fills in with setdefault (v1/executor/ray_executor_v2.py:173-175)."""
     d = Deployment(model_id="meta-llama/Llama-3.1-70B-Instruct", revision="main")
     snapshot = Path("/srv/hf/hub/models--meta-llama--Llama-3.1-70B-Instruct/snapshots") / COMMIT
-    model, revision, env = engine_control._weights_ref(d, snapshot, multi_host=True)
+    model, revision, env = engine_control._weights_ref(d, snapshot, spans_hosts=True)
     assert (model, revision) == ("meta-llama/Llama-3.1-70B-Instruct", COMMIT)
     assert dict(env) == {"HF_HUB_CACHE": str(fetching.cache_dir())}
     # One host: the snapshot folder itself, no revision.
-    assert engine_control._weights_ref(d, snapshot, multi_host=False) == (str(snapshot), None, ())
+    assert engine_control._weights_ref(d, snapshot, spans_hosts=False) == (str(snapshot), None, ())
     # Nothing fetched (a local folder, or fetching off): as the launch asked.
-    assert engine_control._weights_ref(d, None, multi_host=True)[:2] == (d.model_id, "main")
+    assert engine_control._weights_ref(d, None, spans_hosts=True)[:2] == (d.model_id, "main")
 
     spec = replace(
         two_host_spec(),

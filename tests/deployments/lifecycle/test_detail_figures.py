@@ -1,10 +1,12 @@
-"""The detail page's plan figures, formatted for reading like the catalog's."""
+"""The detail page's plan figures, formatted for reading like the catalog's (from rows' version-1
+plan JSON)."""
 
 from __future__ import annotations
 
 import pytest
 
 from deployments.lifecycle.selectors import plan_figures
+from deployments.snapshot import PlanSnapshot
 
 
 @pytest.mark.parametrize(
@@ -17,4 +19,7 @@ from deployments.lifecycle.selectors import plan_figures
     ],
 )
 def test_plan_figures(plan: dict, tokens: str, concurrency: str) -> None:
-    assert plan_figures(plan) == {"kv_cache_tokens": tokens, "max_concurrency": concurrency}
+    assert plan_figures(PlanSnapshot.from_json(plan)) == {
+        "kv_cache_tokens": tokens,
+        "max_concurrency": concurrency,
+    }

@@ -56,7 +56,7 @@ def test_three_replicas_are_three_rows_with_their_own_gpus(four_gpu_host, operat
     assert {r.status for r in rows} == {Status.PENDING}
     gpus = [sorted(r.leases.filter(active=True).values_list("gpu__index", flat=True)) for r in rows]
     assert sorted(g for one in gpus for g in one) == [0, 1, 2]  # one GPU each, none shared
-    assert [r.plan["gpus"][0][0]["index"] for r in rows] == [g[0] for g in gpus]
+    assert [r.snapshot.gpu_indices[0] for r in rows] == [g[0] for g in gpus]
     sizes = set(GpuLease.objects.filter(deployment__in=rows).values_list("memory_bytes", flat=True))
     assert len(sizes) == 1 and sizes.pop() == pytest.approx(0.92 * 80 * GIB, rel=0.01)
     assert len({r.engine_api_key() for r in rows}) == 3
@@ -127,7 +127,7 @@ def test_relaunch_launches_the_set_again(four_gpu_host, operator) -> None:
         r.leases.update(active=False)
     again = deployment_relaunch(user=operator, deployment=rows[1])
     assert again.pk != d.pk and len(group_of(again)) == 2
-    assert again.plan["request"]["placement"] == "packed"
+    assert again.snapshot.request["placement"] == "packed"
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ def test_the_launch_form_takes_replicas_and_placement(four_gpu_host, operator, c
     done = client.post("/deployments/new/", form | {"replicas": "max"})
     assert done.status_code == 302
     d = Deployment.objects.get(replica_index=1)
-    assert len(group_of(d)) == 4 and d.plan["request"]["placement"] == "packed"
+    assert len(group_of(d)) == 4 and d.snapshot.request["placement"] == "packed"
     page = client.get(f"/deployments/{d.pk}/").content.decode()
     assert "0/4 replicas running" in page
 

@@ -145,7 +145,7 @@ def test_killed_replica_leaves_the_rotation_and_comes_back(
     rows = list(rows[0].group())
     assert len(rows) == 4
     wait_for(lambda: statuses(rows) == ["running"] * 4, timeout_s=150, interval_s=0.2)
-    assert rows[3].plan["command"] == rows[0].plan["command"]
+    assert rows[3].planned_argv == rows[0].planned_argv
     assert [a for a in rows[3].argv if a != str(rows[3].port)] == [
         a for a in rows[0].argv if a != str(rows[0].port)
     ]

@@ -52,10 +52,10 @@ def test_scale_up_adds_replicas_of_the_same_command_on_free_gpus(four_gpu_host, 
     assert [r.replica_index for r in rows] == [1, 2, 3]
     new = rows[2]
     assert new.replica_of_id == d.pk and new.status == Status.PENDING
-    assert new.plan["command"] == d.plan["command"]
+    assert new.planned_argv == d.planned_argv
     gpus = held_gpus(rows)
     assert sorted(g for one in gpus for g in one) == [0, 1, 2]
-    assert new.plan["gpus"][0][0]["index"] == gpus[2][0]
+    assert new.snapshot.gpu_indices[0] == gpus[2][0]
     sizes = set(GpuLease.objects.filter(deployment__in=rows).values_list("memory_bytes", flat=True))
     assert len(sizes) == 1
     assert new.engine_api_key() != d.engine_api_key() and new.api_key_hash
@@ -67,7 +67,7 @@ def test_scale_up_adds_replicas_of_the_same_command_on_free_gpus(four_gpu_host, 
     assert audit.detail["replicas_before"] == 2 and audit.detail["replicas"] == 3
     assert audit.detail["replica_ids_added"] == [new.pk]
     first.refresh_from_db()
-    assert first.plan["request"]["replicas"] == 3  # a relaunch starts three
+    assert first.snapshot.request["replicas"] == 3  # a relaunch starts three
 
 
 def test_scale_up_beyond_the_free_gpus_is_refused_with_the_reason(four_gpu_host, operator):
@@ -176,8 +176,8 @@ def test_scale_up_keeps_a_layout_asked_for_at_launch(four_gpu_host, operator) ->
     Deployment.objects.filter(pk=d.pk).update(status=Status.RUNNING)
     deployment_scale(user=operator, deployment=d, replicas=2)
     rows = list(d.group())
-    assert [len(r.plan["gpus"][0]) for r in rows] == [2, 2]
-    assert rows[1].plan["command"] == rows[0].plan["command"]
+    assert [len(r.snapshot.gpu_indices) for r in rows] == [2, 2]
+    assert rows[1].planned_argv == rows[0].planned_argv
     assert sorted(g for one in held_gpus(rows) for g in one) == [0, 1, 2, 3]
     with pytest.raises(DeploymentError, match="Cannot add 1 replica"):
         deployment_scale(user=operator, deployment=d, replicas=3)

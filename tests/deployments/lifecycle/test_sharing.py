@@ -52,9 +52,8 @@ def test_right_sized_deployments_share_a_gpu(two_gpu_host, operator) -> None:
     a, b = first.leases.get(), second.leases.get()
     assert a.gpu_id == b.gpu_id  # both on GPU 0: small shares pack
     assert 0 < a.memory_bytes < 2 * GIB
-    assert "--gpu-memory-utilization" in first.plan["command"]
-    gmu = float(first.plan["command"][first.plan["command"].index("--gpu-memory-utilization") + 1])
-    assert gmu < 0.1
+    gmu = first.snapshot.engine_args.gpu_memory_utilization
+    assert gmu is not None and gmu < 0.1
     assert reserved(two_gpu_host) == {0: a.memory_bytes + b.memory_bytes}
 
 

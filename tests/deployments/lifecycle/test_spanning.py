@@ -52,7 +52,7 @@ def launch(user: Any, *, hosts: tuple[str, ...] = ("span-b",), replicas: int = 1
 
 def test_one_launch_leases_on_each_host_and_writes_its_ray_nodes(hosts, operator) -> None:
     d = launch(operator)
-    assert d.host.name == "span-a" and d.plan["multi_host"] and d.engine == Engine.VLLM
+    assert d.host.name == "span-a" and d.spans_hosts and d.engine == Engine.VLLM
     assert not d.auto_restart  # a restart would need the whole cluster again
     leases = GpuLease.objects.filter(deployment=d, active=True)
     assert sorted(leases.values_list("gpu__host__name", "gpu__index")) == [

@@ -19,11 +19,11 @@ def rows() -> list[dict]:
 def test_case(row):
     from bench.planner_accuracy import predict
 
-    plan = predict(row, CASES / "models")
-    fits = bool(plan and plan["fits"])
+    best = predict(row, CASES / "models")
+    fits = bool(best and best["fits"])
     assert fits == (row["expect_status"] == "ok")
     if fits:
-        gpu = plan["per_gpu"][0]
+        gpu = best["per_gpu"][0]
         assert gpu["weights_bytes"] / 2**30 == pytest.approx(float(row["weights_gib"]), rel=0.005)
-        assert plan["kv_cache_tokens"] == pytest.approx(int(row["kv_tokens"]), rel=0.01)
+        assert best["kv_cache_tokens"] == pytest.approx(int(row["kv_tokens"]), rel=0.01)
         assert gpu["kv_cache_bytes"] / 2**30 == pytest.approx(float(row["kv_gib"]), abs=0.25)

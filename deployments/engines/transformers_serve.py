@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from deployments.host.engines.base import (
+from deployments.engines.base import (
     LOOPBACK_HOST,
     EngineCommand,
     LaunchSpec,
@@ -46,7 +46,7 @@ class TransformersAdapter:
         _check(spec)
         return EngineCommand(
             engine=self.name,
-            argv=tuple(self._argv(spec)),
+            argv=self.argv(spec),
             env=common_env(spec),
             base_url=base_url(LOOPBACK_HOST, spec.port),
             # GET /v1/models scans the HF cache and never lists a local path: /health only.
@@ -56,20 +56,21 @@ class TransformersAdapter:
             warnings=_warnings(spec),
         )
 
-    def _argv(self, spec: LaunchSpec) -> list[str]:
+    def argv(self, spec: LaunchSpec, *, listen: bool = True) -> tuple[str, ...]:
         model = f"{spec.model}@{spec.revision}" if spec.revision else spec.model
         argv = [self.executable, "serve", model, "--device", spec.device]
-        argv += ["--host", LOOPBACK_HOST, "--port", str(spec.port)]
+        if listen:
+            argv += ["--host", LOOPBACK_HOST, "--port", str(spec.port)]
         if spec.dtype:
             argv += ["--dtype", spec.dtype]
         if spec.quantization:
             argv += ["--quantization", spec.quantization]
-        return argv + list(spec.extra_args)
+        return (*argv, *spec.extra_args)
 
 
 def _check(spec: LaunchSpec) -> None:
     check_common(spec)
-    if spec.tensor_parallel_size != 1 or spec.pipeline_parallel_size != 1 or spec.multi_host:
+    if spec.tensor_parallel_size != 1 or spec.pipeline_parallel_size != 1 or spec.spans_hosts:
         raise UnsupportedSpec("transformers serve runs one process: TP and PP must be 1")
     if spec.device == "cuda" and len(spec.gpu_indices) != 1:
         raise UnsupportedSpec("transformers serve on cuda uses exactly one leased GPU")
@@ -91,6 +92,9 @@ def _warnings(spec: LaunchSpec) -> tuple[str, ...]:
         "max_model_len": spec.max_model_len,
         "max_num_seqs": spec.max_num_seqs,
         "kv_cache_dtype": spec.kv_cache_dtype,
+        "max_num_batched_tokens": spec.max_num_batched_tokens,
+        "decode_context_parallel_size": spec.decode_context_parallel_size,
+        "block_size": spec.block_size,
         "served_model_name": spec.served_model_name,
     }
     unused = sorted(k for k, v in ignored.items() if v is not None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from deployments.host.engines.base import (
+from deployments.engines.base import (
     EngineCommand,
     LaunchSpec,
     ReadinessProbe,
@@ -26,7 +26,7 @@ _FORBIDDEN_EXTRA = {
     "-tp": _SET_BY_PANEL,
     "--pipeline-parallel-size": _SET_BY_PANEL,
     "-pp": _SET_BY_PANEL,
-    "--distributed-executor-backend": "set multi_host instead",
+    "--distributed-executor-backend": "set spans_hosts instead",
     "--device-ids": "the leased GPUs are chosen with CUDA_VISIBLE_DEVICES",
     "--model": "the model is the positional argument",
     "--uds": "the panel reaches engines over TCP",
@@ -50,7 +50,7 @@ class VllmAdapter:
         served = spec.served_model_name or spec.model
         return EngineCommand(
             engine=self.name,
-            argv=tuple(self._argv(spec, served)),
+            argv=self.argv(spec),
             env=_env(spec),
             base_url=base_url(spec.host, spec.port),
             probe=ReadinessProbe(
@@ -61,15 +61,19 @@ class VllmAdapter:
             warnings=_warnings(spec),
         )
 
-    def _argv(self, spec: LaunchSpec, served: str) -> list[str]:
-        argv = [self.executable, "serve", spec.model, "--served-model-name", served]
-        argv += ["--host", spec.host, "--port", str(spec.port)]
+    def argv(self, spec: LaunchSpec, *, listen: bool = True) -> tuple[str, ...]:
+        argv = [self.executable, "serve", spec.model]
+        if listen:
+            argv += ["--served-model-name", spec.served_model_name or spec.model]
+            argv += ["--host", spec.host, "--port", str(spec.port)]
         argv += ["--tensor-parallel-size", str(spec.tensor_parallel_size)]
         argv += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
         argv += _optional_flags(spec)
-        if spec.multi_host:
+        if spec.enforce_eager:
+            argv.append("--enforce-eager")
+        if spec.spans_hosts:
             argv += ["--distributed-executor-backend", "ray"]
-        return argv + list(spec.extra_args)
+        return (*argv, *spec.extra_args)
 
 
 def _optional_flags(spec: LaunchSpec) -> list[str]:
@@ -78,11 +82,22 @@ def _optional_flags(spec: LaunchSpec) -> list[str]:
         ("--gpu-memory-utilization", spec.gpu_memory_utilization),
         ("--max-model-len", spec.max_model_len),
         ("--max-num-seqs", spec.max_num_seqs),
+        ("--max-num-batched-tokens", spec.max_num_batched_tokens),
         ("--dtype", spec.dtype),
         ("--quantization", spec.quantization),
         ("--kv-cache-dtype", spec.kv_cache_dtype),
+        ("--decode-context-parallel-size", spec.decode_context_parallel_size),
+        ("--block-size", spec.block_size),
     ]
-    return [part for flag, value in pairs if value is not None for part in (flag, str(value))]
+    return [part for flag, value in pairs if value is not None for part in (flag, _text(value))]
+
+
+def _text(value: object) -> str:
+    """A number as the planner wrote it (``0.9``, ``1``), exact where `:g` would round."""
+    if isinstance(value, float):
+        short = f"{value:g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
 
 
 def _env(spec: LaunchSpec) -> dict[str, str]:
@@ -93,7 +108,7 @@ def _env(spec: LaunchSpec) -> dict[str, str]:
     env["VLLM_LOGGING_COLOR"] = "0"
     if spec.api_key:
         env["VLLM_API_KEY"] = spec.api_key  # read by vLLM when --api-key is absent
-    if spec.multi_host:
+    if spec.spans_hosts:
         env.update(ray_env(spec))
     return env
 
@@ -116,12 +131,12 @@ def _check(spec: LaunchSpec) -> None:
     if spec.tensor_parallel_size < 1 or spec.pipeline_parallel_size < 1:
         raise UnsupportedSpec("tensor and pipeline parallel sizes must be at least 1")
     gpus_needed = spec.tensor_parallel_size * spec.pipeline_parallel_size
-    if not spec.multi_host and len(spec.gpu_indices) != gpus_needed:
+    if not spec.spans_hosts and len(spec.gpu_indices) != gpus_needed:
         raise UnsupportedSpec(
             f"TP {spec.tensor_parallel_size} x PP {spec.pipeline_parallel_size} needs "
             f"{gpus_needed} GPUs on this host; {len(spec.gpu_indices)} are leased"
         )
-    if spec.multi_host and not spec.ray_address:
+    if spec.spans_hosts and not spec.ray_address:
         raise UnsupportedSpec("a model over several hosts needs its Ray head's address")
     if spec.gpu_memory_utilization is not None and not 0 < spec.gpu_memory_utilization <= 1:
         raise UnsupportedSpec("gpu_memory_utilization must be in (0, 1]")
@@ -132,6 +147,6 @@ def _warnings(spec: LaunchSpec) -> tuple[str, ...]:
     warnings = []
     if not spec.api_key:
         warnings.append("no API key: /v1 on this engine is open to anyone who can reach the port")
-    if spec.multi_host:
+    if spec.spans_hosts:
         warnings.append(f"multi-host: Ray at {spec.ray_address} places the workers on every host")
     return tuple(warnings)

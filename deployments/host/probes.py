@@ -10,7 +10,7 @@ from typing import Literal
 
 import httpx
 
-from deployments.host.engines.base import ReadinessProbe
+from deployments.engines.base import ReadinessProbe
 
 SMOKE_PROMPT = "1 + 1 ="
 

@@ -39,9 +39,13 @@ class LaunchSpec:
     dtype: str | None = None
     quantization: str | None = None
     kv_cache_dtype: str | None = None
-    multi_host: bool = False  # one model over several hosts: vLLM's Ray executor
-    ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (multi_host)
-    node_address: str | None = None  # this host's IP in that cluster (multi_host)
+    max_num_batched_tokens: int | None = None
+    decode_context_parallel_size: int | None = None
+    block_size: int | None = None
+    enforce_eager: bool = False
+    spans_hosts: bool = False  # one model over several hosts: vLLM's Ray executor
+    ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (spans_hosts)
+    node_address: str | None = None  # this host's IP in that cluster (spans_hosts)
     device: Device = "cuda"
     hf_offline: bool = True  # True for local folders; a Hub model downloads its weights
     hf_token: str | None = field(default=None, repr=False)  # given as HF_TOKEN, masked when stored
@@ -85,6 +89,12 @@ class EngineAdapter(Protocol):
     supports_api_key: bool
 
     def build(self, spec: LaunchSpec) -> EngineCommand: ...
+
+    def argv(self, spec: LaunchSpec, *, listen: bool = True) -> tuple[str, ...]:
+        """The engine's command line: the one renderer of it. `build` spawns it with
+        `listen`; the pages' copy-paste line leaves out what only the host knows (served
+        name, address, port), so the engine's defaults apply there."""
+        ...
 
 
 def mask_env(env: dict[str, str]) -> dict[str, str]:

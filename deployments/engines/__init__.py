@@ -1,14 +1,15 @@
 """Engine adapters: turn a LaunchSpec into argv, env and a readiness probe, per engine.
 
-Used by the host worker to build what it spawns (the gateway reads an adapter's capabilities
-only). No Django, nothing of the project outside this package.
+Pure (no Django, no I/O), so both sides import it: the host worker builds what it spawns, the
+web renders a plan's copy-paste command (`planned_argv`) with the same adapter's `argv`, and
+the gateway reads an adapter's capabilities. A second engine is one more adapter here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from deployments.host.engines.base import (
+from deployments.engines.base import (
     MARKER_ENV,
     OWNER_ENV,
     EngineAdapter,
@@ -19,8 +20,8 @@ from deployments.host.engines.base import (
     mask_argv,
     mask_env,
 )
-from deployments.host.engines.transformers_serve import TransformersAdapter
-from deployments.host.engines.vllm import VllmAdapter
+from deployments.engines.transformers_serve import TransformersAdapter
+from deployments.engines.vllm import VllmAdapter
 
 __all__ = [
     "MARKER_ENV",
@@ -36,6 +37,7 @@ __all__ = [
     "get_adapter",
     "mask_argv",
     "mask_env",
+    "planned_argv",
     "register_adapter",
 ]
 
@@ -56,6 +58,20 @@ def get_adapter(name: str) -> EngineAdapter:
         known = ", ".join(engine_names())
         raise UnsupportedSpec(f"unknown engine {name!r}; known: {known}") from None
     return factory()
+
+
+# The copy-paste command names the engine's plain executable, not this machine's path to it.
+_PLAIN: dict[str, Callable[[], EngineAdapter]] = {
+    "vllm": lambda: VllmAdapter("vllm"),
+    "transformers": lambda: TransformersAdapter("transformers"),
+}
+
+
+def planned_argv(name: str, spec: LaunchSpec) -> tuple[str, ...]:
+    """The command a user would run for this spec: what the host spawns, less the served
+    name, address and port only the host knows (`EngineAdapter.argv`)."""
+    adapter = _PLAIN[name]() if name in _PLAIN else get_adapter(name)
+    return adapter.argv(spec, listen=False)
 
 
 def register_adapter(name: str, factory: Callable[[], EngineAdapter]) -> None:
