@@ -170,7 +170,7 @@ SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
-# A model over several hosts runs on a Ray cluster of its own (deployments.host.raynodes):
+# A model over several hosts runs on a Ray cluster of its own (deployments.host.ray):
 # `ray` must be the one of vLLM's environment (empty: the `ray` next to SHARDBOARD_VLLM_BIN);
 # each node takes a block of ports from this range (open it between the hosts); the node
 # advertises this host's address to the others (VLLM_HOST_IP, `ray start --node-ip-address`).

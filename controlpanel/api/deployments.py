@@ -15,11 +15,10 @@ from controlpanel.api.schemas import (
     Message,
     ScaleIn,
 )
-from deployments import replicas
 from deployments.catalog.selectors import session_hub_token
 from deployments.lifecycle import scaling, selectors, services
 from deployments.lifecycle.forms import LaunchForm
-from deployments.models import Deployment, RayNode
+from deployments.models import Deployment, RayNode, replicas
 from teams import membership
 
 router = Router(tags=["deployments"])

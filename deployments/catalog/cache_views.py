@@ -1,5 +1,5 @@
 """The Models on hosts page: each host's cached models and disk, pre-fetch, cancel, delete.
-Thin: `deployments.modelcache` does the work."""
+Thin: `deployments.catalog.cache_services` does the work."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, has_role, role_required
-from deployments import modelcache
+from deployments.catalog import cache_services
 from deployments.catalog.selectors import session_hub_token
 from deployments.models import CachedModel, ModelDownload
 
@@ -17,7 +17,7 @@ from deployments.models import CachedModel, ModelDownload
 @require_GET
 @role_required(Role.VIEWER)
 def models_on_hosts(request: HttpRequest) -> HttpResponse:
-    hosts = modelcache.hosts_cache()
+    hosts = cache_services.hosts_cache()
     context = {
         "hosts": hosts,
         "is_operator": has_role(request.user, Role.OPERATOR),
@@ -30,7 +30,7 @@ def models_on_hosts(request: HttpRequest) -> HttpResponse:
 @role_required(Role.OPERATOR)
 def prefetch(request: HttpRequest) -> HttpResponse:
     try:
-        rows = modelcache.prefetch_start(
+        rows = cache_services.prefetch_start(
             user=request.user,
             repo_id=request.POST.get("repo_id", ""),
             revision=request.POST.get("revision", ""),
@@ -38,7 +38,7 @@ def prefetch(request: HttpRequest) -> HttpResponse:
             hub_token=session_hub_token(request.session),
             http_request=request,
         )
-    except modelcache.CacheError as exc:
+    except cache_services.CacheError as exc:
         messages.error(request, str(exc))
     else:
         where = ", ".join(r.host.name for r in rows)
@@ -51,9 +51,9 @@ def prefetch(request: HttpRequest) -> HttpResponse:
 def download_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     download = get_object_or_404(ModelDownload.objects.select_related("host"), pk=pk)
     try:
-        modelcache.download_cancel(user=request.user, download=download, http_request=request)
+        cache_services.download_cancel(user=request.user, download=download, http_request=request)
         messages.success(request, f"Cancelling the download of {download.repo_id}.")
-    except modelcache.CacheError as exc:
+    except cache_services.CacheError as exc:
         messages.error(request, str(exc))
     return redirect("models_on_hosts")
 
@@ -63,8 +63,8 @@ def download_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 def cached_delete(request: HttpRequest, pk: int) -> HttpResponse:
     cached = get_object_or_404(CachedModel.objects.select_related("host"), pk=pk)
     try:
-        modelcache.cached_delete(user=request.user, cached=cached, http_request=request)
+        cache_services.cached_delete(user=request.user, cached=cached, http_request=request)
         messages.success(request, f"Deleting {cached.repo_id} from {cached.host.name}.")
-    except modelcache.CacheError as exc:
+    except cache_services.CacheError as exc:
         messages.error(request, str(exc))
     return redirect("models_on_hosts")

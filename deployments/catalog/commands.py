@@ -6,8 +6,9 @@ import json
 import shlex
 from typing import Any
 
-from deployments import planning, snapshot
+from deployments import planning
 from deployments.catalog.sources import ModelSource
+from deployments.handoff import snapshot
 
 HF_CACHE = "/root/.cache/huggingface"
 

@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deployments import planning, snapshot
+from deployments import planning
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+from deployments.handoff import snapshot
 from deployments.planning.units import GIB
 
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from deployments import planning, sealed
+from deployments import planning
 from deployments.catalog import local
 from deployments.catalog.hub import HubClient, ModelCard, ModelSummary, SearchPage
 from deployments.catalog.hubaccess import hub_client
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, local_ref
+from deployments.handoff import sealed
 from deployments.planning.units import GIB, MIB
 
 SESSION_TOKEN_KEY = "catalog_hub_token"  # noqa: S105 (a session key name, not a secret)

@@ -13,8 +13,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
-from deployments import modelcache, planning
-from deployments.catalog import commands
+from deployments import planning
+from deployments.catalog import cache_services, commands
 from deployments.catalog import plan_panel as panel
 from deployments.catalog import plan_targets as targets
 from deployments.catalog import selectors as sel
@@ -152,7 +152,7 @@ def _search_context(request: HttpRequest) -> dict[str, Any]:
     except HubError as exc:
         context["hub_error"] = exc.message
         return context
-    where = modelcache.hosts_holding([s.repo_id for s in page.items])
+    where = cache_services.hosts_holding([s.repo_id for s in page.items])
     cards = [sel.hub_card(s, where.get(s.repo_id, ())) for s in page.items]
     context.update(page=page, cards=cards)
     context.update(prev_query=_page_query(request, page.page - 1))
@@ -242,7 +242,7 @@ def hub_model(request: HttpRequest, org: str, name: str) -> HttpResponse:
     extra = {"card": card, "weights": sel.human_bytes(card.weights_bytes)}
     extra["checkpoint_quant"] = card.quantization
     extra["parameters"] = sel.human_params(card.parameters)
-    extra["on_hosts"] = modelcache.on_hosts(card.repo_id)
+    extra["on_hosts"] = cache_services.on_hosts(card.repo_id)
     return _detail(request, source, extra)
 
 

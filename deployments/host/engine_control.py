@@ -11,16 +11,16 @@ from typing import Any
 from django.conf import settings
 
 from controlpanel.audit import audit_record
-from deployments import sealed
 from deployments.catalog.sources import LOCAL_PREFIX
 from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
+from deployments.handoff import sealed
 from deployments.host import diagnosis, launchphases, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
 from deployments.host.dbretry import retried
 from deployments.host.downloads import fetching
 from deployments.host.owner import engine_owner
 from deployments.host.probes import smoke_test, wait_ready
-from deployments.host.raynodes import cluster
+from deployments.host.ray import cluster
 from deployments.models import Deployment, Engine, Status
 
 log = logging.getLogger(__name__)

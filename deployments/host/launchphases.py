@@ -17,8 +17,8 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils import timezone
 
-from deployments import events
 from deployments.engines.phases import READY, PhaseTracker
+from deployments.live import pushes
 from deployments.models import Deployment, LaunchPhase, Phase
 
 log = logging.getLogger(__name__)
@@ -123,14 +123,14 @@ class Recorder:
             "total": row.total,
             **extra,
         }
-        events.publish_progress(payload, stream=events.progress_key("deployment", self.pk))
+        pushes.publish_progress(payload, stream=pushes.progress_key("deployment", self.pk))
 
 
 def open_for(d: Deployment) -> Recorder:
     """A new recorder for this start of `d` (a restart's replaces the last one's)."""
     recorder = Recorder(d)
     if not d.restart_count:
-        events.reset_progress(events.progress_key("deployment", d.pk))
+        pushes.reset_progress(pushes.progress_key("deployment", d.pk))
     with _lock:
         _open[d.pk] = recorder
     return recorder

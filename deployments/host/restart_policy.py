@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
-from deployments import events
 from deployments.host import diagnosis
 from deployments.host.transitions import detach_simulated, diagnosis_detail, fail
+from deployments.live import pushes
 from deployments.models import Deployment, Status
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def engine_lost(d: Deployment, reason: str, found: diagnosis.Diagnosis | None = 
         )
         if moved:
             transaction.on_commit(lambda: enqueue_restart(d, attempt, delay_s))
-            events.publish_on_commit(d)
+            pushes.publish_on_commit(d)
     if moved:
         detach_simulated(d)
     return moved

@@ -9,7 +9,7 @@ from celery import shared_task
 
 from deployments.host import engine_control
 from deployments.host.downloads import tasks as download_tasks  # noqa: F401  (its tasks)
-from deployments.host.raynodes import cluster
+from deployments.host.ray import cluster
 from deployments.host.sweeper import run_claimed
 
 

@@ -9,9 +9,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from deployments import events
 from deployments.host import diagnosis
-from deployments.host.raynodes import cluster
+from deployments.host.ray import cluster
+from deployments.live import pushes
 from deployments.models import TERMINAL, Deployment, GpuLease, Status
 from monitoring.host.worker import current_backend
 
@@ -65,7 +65,7 @@ def move(
         if moved:
             if release_leases:
                 release(d)
-            events.publish_on_commit(d)
+            pushes.publish_on_commit(d)
             if new in TERMINAL and d.spans_hosts:
                 # every caller has stopped the engine by now: the Ray nodes go next
                 transaction.on_commit(partial(cluster.teardown, d.pk))

@@ -10,8 +10,8 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from controlpanel.consumers import RoleConsumer
-from deployments import enginelog
-from deployments.events import GROUP
+from deployments.live import enginelog
+from deployments.live.pushes import GROUP
 from deployments.models import Deployment
 from monitoring import live
 

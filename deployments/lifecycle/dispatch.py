@@ -13,7 +13,7 @@ from django.conf import settings
 
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
-from deployments import events
+from deployments.live import pushes
 from deployments.models import Deployment
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def enqueue(task_name: str, deployment: Deployment, rows: list[Deployment]) -> N
         note = QUEUE_DOWN_NOTE.format(seconds=settings.SHARDBOARD_SWEEP_AFTER_S)
         for row in rows:
             setattr(row, "queue_note", note)  # noqa: B010 - not a model field
-    events.publish(deployment)
+    pushes.publish(deployment)
 
 
 def queue_note(deployment: Deployment) -> str:

@@ -22,6 +22,7 @@ from controlpanel.audit import audit_record
 from controlpanel.roles import Role
 from deployments import planning
 from deployments.catalog.sources import ModelSourceError, resolve_source
+from deployments.handoff.snapshot import GpuSlot
 from deployments.lifecycle.dispatch import enqueue
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -33,7 +34,6 @@ from deployments.lifecycle.services import (
     reserve_gpus,
 )
 from deployments.models import ACTIVE, Deployment, Status
-from deployments.snapshot import GpuSlot
 from teams import membership
 
 MAX_REPLICAS = 16

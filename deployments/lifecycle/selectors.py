@@ -10,13 +10,13 @@ from django.db.models import Q
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
-from deployments import enginelog, replicas
 from deployments.catalog.selectors import concurrency_text
+from deployments.handoff.snapshot import PlanSnapshot
+from deployments.lifecycle.launchphases import launch_steps
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
-from deployments.lifecycle.steps import launch_steps
-from deployments.models import ACTIVE, Deployment, Status
-from deployments.snapshot import PlanSnapshot
+from deployments.live import enginelog
+from deployments.models import ACTIVE, Deployment, Status, replicas
 from monitoring.models import Host
 from playground.gateway import balance
 

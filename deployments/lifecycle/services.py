@@ -17,17 +17,18 @@ from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
-from deployments import planning, replicas, sealed
+from deployments import planning
 from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
+from deployments.handoff import sealed
+from deployments.handoff.snapshot import PlanSnapshot, from_plan
 from deployments.lifecycle import cpu_hub, limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
-from deployments.models import ACTIVE, Deployment, Engine, Status
-from deployments.snapshot import PlanSnapshot, from_plan
+from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
 from monitoring.models import Host
 from teams import membership
 

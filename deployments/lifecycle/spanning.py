@@ -2,7 +2,7 @@
 
 The planner places the stages (pipeline parallel across hosts when no host holds the model);
 the launch's one transaction writes a Ray node row per host beside the leases, the head on
-the host of the first stage, which runs the engine (deployments.host.raynodes).
+the host of the first stage, which runs the engine (deployments.host.ray).
 """
 
 from __future__ import annotations

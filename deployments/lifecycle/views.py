@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments.catalog.selectors import session_hub_token
-from deployments.lifecycle import dispatch, scaling, selectors, services, steps
+from deployments.lifecycle import dispatch, launchphases, scaling, selectors, services
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
@@ -25,7 +25,7 @@ def _session_hub_token(request: HttpRequest) -> str | None:
 def deployment_list(request: HttpRequest) -> HttpResponse:
     filters = selectors.ListFilters.from_query(request.GET)
     rows = selectors.deployment_rows(filters)
-    progress = steps.progress_texts([row.d.pk for row in rows])
+    progress = launchphases.progress_texts([row.d.pk for row in rows])
     context = {
         "rows": [(row, progress.get(row.d.pk, "")) for row in rows],
         "filters": filters,

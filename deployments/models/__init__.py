@@ -1,6 +1,7 @@
 """Deployments, their GPU leases and timelines (`core`), the Ray node of each host a
-deployment spans (`raynode`), and model weights on the hosts with the steps of a start
-(`weights`). One package so that no module grows past a screenful of models; every caller
+deployment spans (`raynode`), model weights on the hosts (`weights`), the phases of an engine's
+start (`launchphases`), and a deployment's state derived from its replicas' (`replicas`, no
+model). One package so that no module grows past a screenful of models; every caller
 imports from here."""
 
 from .core import (
@@ -14,8 +15,9 @@ from .core import (
     Status,
     can_move,
 )
+from .launchphases import LaunchPhase, Phase
 from .raynode import RayNode
-from .weights import CachedModel, DownloadStatus, HostDisk, LaunchPhase, ModelDownload, Phase
+from .weights import CachedModel, DownloadStatus, HostDisk, ModelDownload
 
 __all__ = [
     "ACTIVE",

@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from deployments.engines import UnsupportedSpec
-from deployments.snapshot import PlanSnapshot, planned_command
+from deployments.handoff.snapshot import PlanSnapshot, planned_command
 from monitoring.models import Gpu, Host
 
 

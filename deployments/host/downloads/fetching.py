@@ -20,11 +20,11 @@ from django.conf import settings
 from django.utils import timezone
 from huggingface_hub import constants as hf_constants
 
-from deployments import events
 from deployments.engines.phases import DOWNLOADING
 from deployments.host.downloads import hub, inventory
 from deployments.host.downloads.manifest import complete_snapshot, save_manifest
 from deployments.host.launchphases import Recorder
+from deployments.live import pushes
 from deployments.models import Deployment, DownloadStatus, ModelDownload, Status
 from monitoring.models import Host
 
@@ -186,7 +186,7 @@ class _Pusher:
     def __init__(self, row: ModelDownload, recorder: Recorder | None) -> None:
         self.row, self.recorder = row, recorder
         if recorder is None:
-            events.reset_progress(events.progress_key("download", row.pk))
+            pushes.reset_progress(pushes.progress_key("download", row.pk))
         self.saved_at = 0.0
         self.last: hub.Progress | None = None
 
@@ -226,7 +226,7 @@ class _Pusher:
             }
             if self.row.deployment_id is not None:
                 payload["node_host"] = self.row.host.name  # the page's per-host weights row
-            events.publish_progress(payload, stream=events.progress_key("download", self.row.pk))
+            pushes.publish_progress(payload, stream=pushes.progress_key("download", self.row.pk))
 
     def final(self) -> None:
         row = self.row

@@ -9,7 +9,7 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
-from deployments import sealed
+from deployments.handoff import sealed
 from deployments.host.downloads import fetching, inventory
 from deployments.models import CachedModel, ModelDownload
 

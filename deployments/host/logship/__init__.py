@@ -1,4 +1,4 @@
-"""Engine output from this host to where any web process can read it (``deployments.enginelog``).
+"""Engine output from this host to where any web process can read it (``deployments.live.enginelog``).
 
 `follow` starts shipping an engine's log file (a `Follower` thread per engine) when the engine
 is spawned or adopted after a worker restart; `finish` ships the rest when it ended, stops the
@@ -20,10 +20,11 @@ import redis
 from django.conf import settings
 
 from controlpanel import redisconn
-from deployments import enginelog, sealed
+from deployments.handoff import sealed
 from deployments.host import supervisor as sv
 from deployments.host.logship.cleaning import Masker, clean_text
 from deployments.host.logship.follower import Follower
+from deployments.live import enginelog
 from deployments.models import Deployment
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from typing import IO
 
 import redis
 
-from deployments import enginelog
 from deployments.host.logship.cleaning import LineSplitter, Masker, clean_line
+from deployments.live import enginelog
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from huggingface_hub import snapshot_download
 
-from deployments import modelcache
+from deployments.catalog import cache_services
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, ModelDownload
 from tests.support.hubstub import HubStub
@@ -44,7 +44,9 @@ def test_throughput_and_relaunch(
     alone_s = time.monotonic() - began
 
     began = time.monotonic()
-    (row,) = modelcache.prefetch_start(user=operator, repo_id=LARGE, revision="", host_names=[HOST])
+    (row,) = cache_services.prefetch_start(
+        user=operator, repo_id=LARGE, revision="", host_names=[HOST]
+    )
     wait_for(lambda: _status(row) in ("done", "failed"), 120)
     worker_s = time.monotonic() - began
     row.refresh_from_db()

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from deployments import events, modelcache
-from deployments.enginelog import client
+from deployments.catalog import cache_services
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
+from deployments.live import pushes
+from deployments.live.enginelog import client
 from deployments.models import (
     CachedModel,
     Deployment,
@@ -37,7 +38,7 @@ def _worker(host_worker: Any, model_root: Path, hub: HubStub, tmp_path: Path, **
 
 
 def _events(kind: str, pk: int) -> list[dict[str, Any]]:
-    entries = client().xrange(events.progress_key(kind, pk))
+    entries = client().xrange(pushes.progress_key(kind, pk))
     return [json.loads(fields[b"p"]) for _, fields in entries]
 
 
@@ -89,10 +90,10 @@ def test_launch_downloads_then_starts_offline_and_relaunch_needs_no_hub(
     # The inventory shows it on the host, complete, used by this deployment.
     wait_for(lambda: CachedModel.objects.filter(repo_id=TINY, complete=True).exists(), 30)
     cached = CachedModel.objects.get(repo_id=TINY)
-    assert [u.pk for u in modelcache.users_of(cached)] == [d.pk]
+    assert [u.pk for u in cache_services.users_of(cached)] == [d.pk]
     assert HostDisk.objects.get(host__name=HOST).free_bytes > 0
-    with pytest.raises(modelcache.CacheError, match="in use on fetchhost by fetched"):
-        modelcache.cached_delete(user=operator, cached=cached)
+    with pytest.raises(cache_services.CacheError, match="in use on fetchhost by fetched"):
+        cache_services.cached_delete(user=operator, cached=cached)
 
     deployment_stop(user=operator, deployment=d)
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60)
@@ -118,7 +119,7 @@ def test_prefetch_progress_cut_resume_cancel_and_gated(
     served.cut_once["extra.safetensors"] = 10 * MIB
 
     # Progress in order, to the total, through a connection cut mid-file (resumed by Range).
-    (row,) = modelcache.prefetch_start(
+    (row,) = cache_services.prefetch_start(
         user=operator, repo_id=BIG, revision="", host_names=[HOST], hub_token=None
     )
     wait_for(lambda: _status(row) in ("done", "failed", "cancelled"), 90)
@@ -139,21 +140,21 @@ def test_prefetch_progress_cut_resume_cancel_and_gated(
     wait_for(lambda: CachedModel.objects.filter(repo_id=BIG, complete=True).exists(), 30)
 
     # Cancel mid-way: the transfer stops, no snapshot counts as complete; the next one resumes.
-    modelcache.cached_delete(user=operator, cached=CachedModel.objects.get(repo_id=BIG))
+    cache_services.cached_delete(user=operator, cached=CachedModel.objects.get(repo_id=BIG))
     wait_for(lambda: not CachedModel.objects.filter(repo_id=BIG).exists(), 30)
     served.throttle_bps = 8 * MIB
     served.reset_requests()
-    (row,) = modelcache.prefetch_start(
+    (row,) = cache_services.prefetch_start(
         user=operator, repo_id=BIG, revision="", host_names=[HOST], hub_token=None
     )
     wait_for(lambda: ModelDownload.objects.get(pk=row.pk).bytes_done > 8 * MIB, 60)
-    modelcache.download_cancel(user=operator, download=ModelDownload.objects.get(pk=row.pk))
+    cache_services.download_cancel(user=operator, download=ModelDownload.objects.get(pk=row.pk))
     wait_for(lambda: _status(row) == "cancelled", 30)
     time.sleep(3)  # a rescan after the cancel
     assert not CachedModel.objects.filter(repo_id=BIG, complete=True).exists()
     served.throttle_bps = 0
     served.reset_requests()
-    (row,) = modelcache.prefetch_start(
+    (row,) = cache_services.prefetch_start(
         user=operator, repo_id=BIG, revision="", host_names=[HOST], hub_token=None
     )
     wait_for(lambda: _status(row) in ("done", "failed"), 60)
@@ -164,7 +165,7 @@ def test_prefetch_progress_cut_resume_cancel_and_gated(
     assert resumed and resumed[0] != "bytes=0-", resumed  # went on from the cancelled part
 
     # A gated repo without a token fails with the Hub's own message.
-    (row,) = modelcache.prefetch_start(
+    (row,) = cache_services.prefetch_start(
         user=operator, repo_id=GATED, revision="", host_names=[HOST], hub_token=None
     )
     wait_for(lambda: _status(row) in ("done", "failed"), 60)
@@ -180,7 +181,7 @@ def test_disk_refused_before_any_byte(
         host_worker, model_root, served, tmp_path, SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES=str(1 << 49)
     )
     served.reset_requests()
-    (row,) = modelcache.prefetch_start(
+    (row,) = cache_services.prefetch_start(
         user=operator, repo_id=BIG, revision="", host_names=[HOST], hub_token=None
     )
     wait_for(lambda: _status(row) in ("done", "failed"), 60)

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from deployments import enginelog
 from deployments.host.logship import _saved_offset, _shipping_client
 from deployments.host.logship.cleaning import (
     MAX_LINE_CHARS,
@@ -22,6 +21,7 @@ from deployments.host.logship.cleaning import (
     clean_text,
 )
 from deployments.host.logship.follower import Follower
+from deployments.live import enginelog
 from tests.support.waiting import wait_for
 
 API_KEY = "9f2c" * 16  # shaped like Deployment.engine_api_key(): 64 hex characters

@@ -15,7 +15,7 @@ from pathlib import Path
 from deployments.engines import LaunchSpec, VllmAdapter
 from deployments.host import engine_control
 from deployments.host.downloads import fetching
-from deployments.host.raynodes import commands
+from deployments.host.ray import commands
 from deployments.models import Deployment
 
 # flag -> where vLLM 0.33.0 defines it (a parser of `vllm serve`)

@@ -17,9 +17,10 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from deployments import events, planning
-from deployments.enginelog import client
+from deployments import planning
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
+from deployments.live import pushes
+from deployments.live.enginelog import client
 from deployments.models import Deployment, DownloadStatus, GpuLease, ModelDownload, RayNode
 from tests.deployments.host.test_ray_cluster import FOLLOWER, LEAD, left_behind, two_hosts
 from tests.support.hubstub import HubStub
@@ -73,7 +74,7 @@ def launch(operator: Any, workers: list[Any]) -> Deployment:
 
 
 def pushed(download: ModelDownload) -> list[dict[str, Any]]:
-    entries = client().xrange(events.progress_key("download", download.pk))
+    entries = client().xrange(pushes.progress_key("download", download.pk))
     return [json.loads(fields[b"p"]) for _, fields in entries]
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from deployments.handoff.snapshot import PlanSnapshot
 from deployments.lifecycle.selectors import plan_figures
-from deployments.snapshot import PlanSnapshot
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 from controlpanel.asgi import application
-from deployments import enginelog
 from deployments.host import logship
+from deployments.live import enginelog
 from deployments.models import Deployment, Status
 from monitoring.models import Host
 from tests.support.monitoring import ORIGIN, ws_headers

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from controlpanel.models import AuditEvent
-from deployments import enginelog, planning
+from deployments import planning
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -19,6 +19,7 @@ from deployments.lifecycle.services import (
     deployment_create,
     deployment_stop,
 )
+from deployments.live import enginelog
 from deployments.models import Deployment, GpuLease, Status
 from monitoring.models import Host
 from tests.support.waiting import wait_for

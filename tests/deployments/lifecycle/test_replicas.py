@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from controlpanel.models import AuditEvent
-from deployments import planning, replicas
+from deployments import planning
 from deployments.lifecycle import selectors
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -17,7 +17,7 @@ from deployments.lifecycle.services import (
     deployment_relaunch,
     deployment_stop,
 )
-from deployments.models import Deployment, GpuLease, Status
+from deployments.models import Deployment, GpuLease, Status, replicas
 from monitoring.models import Host
 from tests.support.hosts import sim_host
 
@@ -189,7 +189,7 @@ def test_the_launch_form_takes_replicas_and_placement(four_gpu_host, operator, c
 
 
 def test_a_replicas_status_push_carries_the_deployments_state(four_gpu_host, operator) -> None:
-    from deployments.events import status_payload
+    from deployments.live.pushes import status_payload
 
     single = launch(operator, "solo", 1)
     assert "group" not in status_payload(single)

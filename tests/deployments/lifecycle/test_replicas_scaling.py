@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from controlpanel.models import AuditEvent
-from deployments import planning, replicas
+from deployments import planning
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
-from deployments.models import Deployment, GpuLease, Status
+from deployments.models import Deployment, GpuLease, Status, replicas
 from monitoring.models import Host
 from tests.support.hosts import sim_host
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from controlpanel.models import AuditEvent
 from deployments import planning
-from deployments.host import raywatch
-from deployments.host.raynodes import cluster
+from deployments.host.ray import cluster
+from deployments.host.watchdog import raynodes as raywatch
 from deployments.lifecycle.forms import LaunchForm
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from deployments.lifecycle.steps import launch_steps, progress_texts
+from deployments.lifecycle.launchphases import launch_steps, progress_texts
 from deployments.models import Deployment, LaunchPhase
 from tests.support.hosts import sim_host
 

@@ -20,7 +20,7 @@ from controlpanel.audit import audit_event
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role, has_role
-from deployments import sealed
+from deployments.handoff import sealed
 from deployments.models import (
     ACTIVE,
     CachedModel,

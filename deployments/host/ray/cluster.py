@@ -20,11 +20,11 @@ from django.db.models import Q
 
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
-from deployments import sealed
+from deployments.handoff import sealed
 from deployments.host import supervisor as sv
 from deployments.host.downloads import fetching
 from deployments.host.owner import engine_owner
-from deployments.host.raynodes import commands
+from deployments.host.ray import commands
 from deployments.models import (
     TERMINAL,
     Deployment,

@@ -15,7 +15,7 @@ from django.conf import settings
 from deployments.host import diagnosis, logship, transitions
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
-from deployments.host.raynodes import cluster, commands
+from deployments.host.ray import cluster, commands
 from deployments.models import TERMINAL, Deployment, RayNode, Status
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,7 @@ import pytest
 
 from deployments import planning
 from deployments.engines import LaunchSpec, VllmAdapter, planned_argv
-from deployments.host import engine_control
-from deployments.models import Deployment, Engine
-from deployments.snapshot import (
+from deployments.handoff.snapshot import (
     VERSION,
     EngineArgs,
     GpuSlot,
@@ -23,6 +21,8 @@ from deployments.snapshot import (
     from_plan,
     planned_command,
 )
+from deployments.host import engine_control
+from deployments.models import Deployment, Engine
 from monitoring.models import Host
 
 GIB = 2**30

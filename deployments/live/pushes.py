@@ -10,8 +10,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from deployments import enginelog, replicas
-from deployments.models import Deployment
+from deployments.live import enginelog
+from deployments.models import Deployment, replicas
 
 log = logging.getLogger(__name__)
 

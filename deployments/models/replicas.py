@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from deployments.models import Status
+from .core import Status
 
 DEGRADED = "degraded"
 _DOWN = frozenset({Status.FAILED, Status.RESTARTING, Status.STOPPED})

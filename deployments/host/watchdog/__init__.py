@@ -38,10 +38,10 @@ from deployments.host import (
     sweeper,
     transitions,
 )
-from deployments.host import raywatch as ray_watch
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
-from deployments.host.raynodes import commands as ray_commands
+from deployments.host.ray import commands as ray_commands
+from deployments.host.watchdog import raynodes as ray_watch
 from deployments.models import ACTIVE, Deployment, Status
 
 ENGINE_HOLDS_GPUS = (Status.STARTING, Status.RUNNING, Status.STOPPING)
