@@ -14,11 +14,6 @@ from .kvcache import StageKv
 from .settings import Settings, settings_kv
 from .weights import Shard, rank_weights_bytes
 
-NO_KV_MEMORY = (
-    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-    "when initializing the engine."
-)
-
 
 @dataclass(frozen=True, slots=True)
 class GpuMemory:
@@ -139,7 +134,8 @@ def _fit_length(
     worst = min(ranks, key=lambda r: r[0].kv_cache_bytes)
     available = worst[0].kv_cache_bytes
     if available <= 0:
-        reasons.append(f"{NO_KV_MEMORY} (KV cache memory would be {gib(available):.2f} GiB)")
+        text = no_kv_memory(s.profile.version)
+        reasons.append(f"{text} (KV cache memory would be {gib(available):.2f} GiB)")
         return s.max_model_len, 0
     fitting = min(
         kv.longest_fitting_len(kv.check_bytes(m.kv_cache_bytes), s.max_num_batched_tokens)
@@ -149,43 +145,53 @@ def _fit_length(
         return s.max_model_len, 0
     needed = max(kv.request_bytes(s.max_model_len, s.max_num_batched_tokens) for _, kv in ranks)
     if s.max_model_len_given or fitting < s.block_size:
-        if s.profile.version >= (0, 33, 0):
-            check = worst[1].check_bytes(available)
-            reasons.append(_too_long_033(s.max_model_len, needed, check, fitting))
-        else:
-            reasons.append(_too_long(s.max_model_len, needed, available, fitting))
+        check = worst[1].check_bytes(available)
+        reasons.append(too_long(s.profile.version, s.max_model_len, needed, check, fitting))
         return s.max_model_len, fitting
     clipped = fitting // s.block_size * s.block_size
     warnings.append(f"context clipped to {clipped} tokens (the model allows {s.max_model_len})")
     return clipped, 0
 
 
-def _too_long_033(length: int, needed: int, available: int, fitting: int) -> str:
-    """0.33's wording (kv_cache_planning._check_enough_kv_cache_memory): the typo is gone, the
-    estimate only when positive, a docs link at the end."""
+# The wording of kv_cache_utils.py (kv_cache_planning.py from 0.29) by version: "models's"
+# until 0.21, a docs link from 0.13, the CPU-backend remark from 0.22; the estimate only when
+# positive at every version read (0.10.1-0.33).
+TYPO_UNTIL = (0, 22, 0)
+DOCS_LINK_FROM = (0, 13, 0)
+CPU_REMARK_FROM = (0, 22, 0)
+DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def no_kv_memory(version: tuple[int, int, int]) -> str:
+    """check_enough_kv_cache_memory when nothing is left for the cache."""
+    text = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+    if version >= CPU_REMARK_FROM:
+        text += "when initializing the engine (this flag also controls CPU memory reservation "
+        return text + f"on the CPU backend, despite its name). {DOCS}"
+    text += "when initializing the engine."
+    return f"{text} {DOCS}" if version >= DOCS_LINK_FROM else text
+
+
+def too_long(
+    version: tuple[int, int, int], length: int, needed: int, available: int, fitting: int
+) -> str:
+    """_check_enough_kv_cache_memory's refusal of one request of ``length`` tokens."""
+    owner = "models's" if version < TYPO_UNTIL else "model's"
     estimate = (
         f"Based on the available memory, the estimated maximum model length is {fitting}. "
         if fitting > 0
         else ""
     )
-    return (
-        f"To serve at least one request with the model's max seq len ({length}), "
+    flag = "`gpu_memory_utilization`"
+    if version >= CPU_REMARK_FROM:
+        flag += " (which also controls CPU memory on the CPU backend)"
+    text = (
+        f"To serve at least one request with the {owner} max seq len ({length}), "
         f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
-        f"cache memory ({available / GIB:.2f} GiB). {estimate}Try increasing "
-        "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
-        "decreasing `max_model_len` when initializing the engine. See "
-        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+        f"cache memory ({available / GIB:.2f} GiB). {estimate}Try increasing {flag} or "
+        "decreasing `max_model_len` when initializing the engine."
     )
-
-
-def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
-    return (
-        f"To serve at least one request with the models's max seq len ({length}), "
-        f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
-        f"cache memory ({available / GIB:.2f} GiB). Based on the available memory, the "
-        f"estimated maximum model length is {fitting}. Try increasing `gpu_memory_utilization` "
-        "or decreasing `max_model_len` when initializing the engine."
-    )
+    return f"{text} {DOCS}" if version >= DOCS_LINK_FROM else text
 
 
 def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:

@@ -6,7 +6,7 @@ import pytest
 from deployments.planning import ModelSpec, PlanningError, PlanRequest, layer_notes, parse_gpus
 from deployments.planning import plan as make_plan
 from deployments.planning.memory.kvcache import stage_kv
-from deployments.planning.memory.kvgroups import KvRules, is_hopper, rules_for
+from deployments.planning.memory.kvgroups import CacheSpec, KvRules, is_hopper, rules_for
 from deployments.planning.model.layers import Kind
 from deployments.planning.units import cdiv
 from tests.deployments.planning.test_layers import (
@@ -134,12 +134,82 @@ def test_chunked_layers_keep_chunks_with_the_hybrid_manager_on():
     assert kv.request_pages(32768, 8192) == 3 * cdiv(8192 + 2 * 8192, 16) + cdiv(32768, 16)
 
 
-def test_versions_before_033_keep_the_earlier_rules():
+# (version, group ratio, in-flight batches beyond pp, align mode, null block held out of the
+# check, pages a Mamba-2 layer and a Gated DeltaNet layer (Hopper) claim per request), read from
+# each wheel's sources (memory/kvgroups.py names the files)
+VERSIONS = [
+    ((0, 10, 1), 1.0, 0, False, False, 1, 1),
+    ((0, 11, 0), 1.0, 0, False, False, 1, 1),
+    ((0, 12, 0), 1.25, 0, False, False, 1, 1),
+    ((0, 17, 0), 1.25, 0, False, False, 1, 1),
+    ((0, 18, 0), 1.5, 0, False, False, 1, 1),
+    ((0, 19, 0), 1.5, 0, False, False, 1, 1),
+    ((0, 25, 0), 1.5, 0, False, False, 1, 1),
+    ((0, 26, 0), 1.5, 1, True, False, 2, 2),
+    ((0, 28, 0), 1.5, 1, True, False, 2, 2),
+    ((0, 29, 0), 1.5, 1, True, True, 2, 2),
+    ((0, 31, 0), 1.5, 1, True, True, 2, 2),
+    ((0, 32, 0), 1.5, 1, True, True, 3, 2),
+    ((0, 33, 0), 1.5, 1, True, True, 3, 3),
+]
+
+
+@pytest.mark.parametrize(("version", "ratio", "extra", "align", "null", "mamba", "gdn"), VERSIONS)
+def test_rules_of_each_version(version, ratio, extra, align, null, mamba, gdn):
+    rules = rules_for(version, dtype_bytes=2)
+    assert (rules.group_ratio, rules.extra_in_flight_batches) == (ratio, extra)
+    assert (rules.mamba_align, rules.null_block) == (align, null)
+    assert CacheSpec(Kind.MAMBA, 1, 16).pages(4096, 8192, rules) == mamba
+    assert CacheSpec(Kind.LINEAR, 1, 16).pages(4096, 8192, rules) == gdn
+    off_hopper = rules_for(version, dtype_bytes=2, hopper=False)
+    assert CacheSpec(Kind.LINEAR, 1, 16).pages(4096, 8192, off_hopper) == min(gdn, 2)
+
+
+def gpt_oss_with(full_layers: int):
+    """gpt-oss-20b's config with ``full_layers`` of its 24 layers full attention, the rest
+    sliding: bucket sizes whose ratio the versions' group rules split differently."""
+    from tests.support.planning import fixture_config
+
+    raw = fixture_config(GPT_OSS_20B)
+    kinds = ["full_attention"] * full_layers + ["sliding_attention"] * (24 - full_layers)
+    return ModelSpec.from_config({**raw, "layer_types": kinds})
+
+
+@pytest.mark.parametrize(
+    ("full_layers", "version", "groups"),
+    [
+        (13, (0, 11, 0), [11, 2, 11]),  # the smallest bucket: 13 full layers need two groups
+        (13, (0, 12, 0), [13, 11]),  # 13 < 11 × 1.25: one group size of 13, sliding padded
+        (14, (0, 17, 0), [10, 4, 10]),  # 14 ≥ 10 × 1.25
+        (14, (0, 18, 0), [14, 10]),  # 14 < 10 × 1.5
+        (14, (0, 33, 0), [14, 10]),
+    ],
+)
+def test_group_size_of_each_version(full_layers, version, groups):
+    rules = rules_for(version, dtype_bytes=2)
+    spec = gpt_oss_with(full_layers)
+    kv = stage_kv(spec, tp=1, pp=1, pp_rank=0, block_size=16, element_bytes=2, rules=rules)
+    assert kv.groups == groups
+    assert kv.block_bytes == 16 * 8 * 64 * 2 * 2 * max(groups)
+
+
+@pytest.mark.parametrize(
+    ("version", "pages"),
+    [
+        ((0, 19, 0), 3 * 1 + cdiv(32768, 544)),  # no prefix caching: one state per GDN group
+        ((0, 26, 0), 3 * 2 + cdiv(32768, 544)),  # align: running and previous state
+        ((0, 33, 0), 3 * 3 + cdiv(32768, 576)),  # + FlashInfer's checkpoint, 64-token grid
+    ],
+)
+def test_qwen3_next_request_of_each_version(version, pages):
+    rules = rules_for(version, dtype_bytes=2)
+    assert layout(QWEN3_NEXT, rules=rules).request_pages(32768, 8192) == pages
+
+
+def test_versions_before_026_keep_one_batch_in_flight_for_windows():
     old = rules_for((0, 19, 0), dtype_bytes=2)
-    assert (old.group_ratio, old.extra_in_flight_batches, old.mamba_align) == (1.25, 0, False)
     kv = layout(GPT_OSS_20B, rules=old)
     assert kv.request_pages(131072, 8192) == 8192 + cdiv(127 + 8192, 16) + 1
-    assert layout(QWEN3_NEXT, rules=old).request_pages(32768, 8192) == 3 + cdiv(32768, 544)
 
 
 def test_mla_at_tp8_pp2_keeps_the_whole_latent_on_each_rank():
@@ -276,6 +346,11 @@ def test_033_checks_one_request_against_the_blocks_left_after_the_null_block():
         (
             "0.19.0",
             "To serve at least one request with the models's max seq len (131072)",
+            "details.",
+        ),
+        (
+            "0.12.0",
+            "To serve at least one request with the models's max seq len (131072)",
             "engine.",
         ),
     ],
@@ -286,3 +361,19 @@ def test_too_long_in_the_words_of_each_version(version, starts, ends):
     p = make_plan(spec, parse_gpus("1x24GiB"), req).plans[0]
     assert not p.fits
     assert p.reasons[0].startswith(starts) and p.reasons[0].endswith(ends)
+
+
+@pytest.mark.parametrize(
+    ("version", "ends"),
+    [
+        ((0, 11, 0), "when initializing the engine."),
+        ((0, 13, 0), "engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/"),
+        ((0, 22, 0), "(this flag also controls CPU memory reservation on the CPU backend, despite"),
+    ],
+)
+def test_no_kv_memory_in_the_words_of_each_version(version, ends):
+    from deployments.planning.memory.layout import no_kv_memory
+
+    text = no_kv_memory(version)
+    assert text.startswith("No available memory for the cache blocks.")
+    assert ends in text
