@@ -47,6 +47,7 @@ class LayoutMemory:
     warnings: tuple[str, ...]
     requested_max_model_len: int = 0  # what was asked (or the model's own); 0: max_model_len
     longest_fitting_len: int = 0  # vLLM's estimate when max_model_len does not fit (0: it does)
+    concurrency: float | None = None  # vLLM's "Maximum concurrency" (None: tokens / length)
 
     @property
     def context_clipped(self) -> bool:
@@ -60,7 +61,10 @@ class LayoutMemory:
 
     @property
     def max_concurrency(self) -> float:
-        """KV tokens over ``max_model_len``."""
+        """Full-length requests the KV cache holds at once, as vLLM logs it ("Maximum
+        concurrency for N tokens per request"); KV tokens over ``max_model_len`` when unknown."""
+        if self.concurrency is not None:
+            return self.concurrency
         return self.kv_cache_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
@@ -108,15 +112,25 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
     max_len, fitting = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)
+    concurrency = min(_concurrency(s, kv, blocks, max_len) for _, kv in ranks)
     reasons += _graph_overflow(s, [mem for mem, _ in ranks])
     per_gpu = tuple(_clamped(mem) for mem, _ in ranks)
-    if not reasons and tokens < 4 * max_len:
+    if not reasons and concurrency < 4:
         warnings.append(
-            f"little KV headroom: {tokens} tokens hold {tokens / max_len:.2f} requests "
+            f"little KV headroom: {tokens} tokens hold {concurrency:.2f} requests "
             f"of {max_len} tokens"
         )
     return LayoutMemory(
-        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len, fitting
+        tp,
+        pp,
+        per_gpu,
+        tokens,
+        max_len,
+        tuple(reasons),
+        tuple(warnings),
+        s.max_model_len,
+        fitting,
+        concurrency,
     )
 
 
@@ -201,6 +215,15 @@ def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
         return kv.tokens(blocks)
     pages = kv.request_pages(max_len, s.max_num_batched_tokens)
     return int(blocks / pages * max_len) if pages else 0
+
+
+def _concurrency(s: Settings, kv: StageKv, blocks: int, max_len: int) -> float:
+    """get_max_concurrency_for_kv_cache_config (v1/core/kv_cache_utils.py, every version read):
+    blocks over the blocks one request of ``max_len`` claims in all groups. Before 0.21 the
+    logged token count (blocks per group × block size) is not this times the length: for
+    Qwen3.5-27B, 4 groups of 16 layers, it counts every Gated DeltaNet group as attention."""
+    pages = kv.request_pages(max_len, s.max_num_batched_tokens)
+    return blocks / pages if pages else 0.0
 
 
 def _graph_overflow(s: Settings, mems: list[GpuMemory]) -> list[str]:

@@ -377,3 +377,23 @@ def test_no_kv_memory_in_the_words_of_each_version(version, ends):
     text = no_kv_memory(version)
     assert text.startswith("No available memory for the cache blocks.")
     assert ends in text
+
+
+@pytest.mark.parametrize(
+    ("version", "block", "state_pages"),
+    [("0.19.0", 784, 3 * 1), ("0.26.0", 784, 3 * 2), ("0.33.0", 832, 3 * 3)],
+)
+def test_hybrid_concurrency_is_what_vllm_logs(version, block, state_pages):
+    """Qwen3.5-27B at 32k on one 96 GiB GPU: 16 attention and 48 Gated DeltaNet layers in four
+    groups of 16. vLLM's "Maximum concurrency" is blocks over the pages one request claims in
+    all four groups; before 0.21 the "GPU KV cache size" it prints is blocks // 4 × block, so
+    the concurrency is not that figure over the length."""
+    req = PlanRequest(tensor_parallel_size=1, max_model_len=32768, vllm_version=version)
+    p = make_plan(spec_of(QWEN35_27B), parse_gpus("1x96GiB"), req).plans[0]
+    blocks = p.per_gpu[0].kv_cache_bytes // (16 * block * 4 * 256 * 2 * 2)
+    pages = state_pages + cdiv(32768, block)
+    assert p.max_concurrency == pytest.approx(blocks / pages, abs=0.01)
+    if version == "0.19.0":
+        assert p.kv_cache_tokens == blocks // 4 * block
+    else:
+        assert p.kv_cache_tokens == int(blocks / pages * 32768)
