@@ -58,7 +58,8 @@ def stage_kv(
     plan = layer_plan_of(spec)
     layers = pp_layer_ranges(spec.num_layers, pp)[pp_rank]
     state = plan.state.bytes_per_sequence(tp, rules.state_dtype_bytes) if plan.state else 0
-    geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla)
+    chunk = plan.state.chunk_size if plan.state else 0
+    geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla, chunk)
     if plan.uniform is not None:
         return stage_layout([(plan.uniform, len(layers))], geo, rules, pp=pp)
     caches = counted(c for i in layers for c in plan.caches[i])

@@ -34,6 +34,7 @@ class KvRules:
     null_block: bool = True  # the fit check leaves out the block BlockPool holds back
     gdn_checkpoints: bool = True  # FlashInfer GDN prefill (Hopper) exports align checkpoints
     mamba_checkpoints: bool = True  # Mamba-2 mixers keep one prefill checkpoint page
+    mamba_all: bool = False  # "all" mode: a Mamba state cached per block, like attention
 
 
 # The version each rule arrived in, read from the wheels' sources (vllm/…) of 0.10.1.1, 0.11
@@ -46,6 +47,11 @@ HYBRID_PREFIX_CACHING_FROM = (0, 26, 0)  # config/model.py is_prefix_caching_sup
 NULL_BLOCK_CHECK_FROM = (0, 29, 0)  # kv_cache_planning.py "Reserve the null block …"
 MAMBA_CHECKPOINT_FROM = (0, 32, 0)  # mamba_mixer2.py num_prefill_checkpoint_blocks=1
 GDN_CHECKPOINT_FROM = (0, 33, 0)  # gdn/qwen_gdn_linear_attn.py, gdn_attn.py 64-token grid
+# models/config.py MambaModelConfig: "all" if the model SupportsMambaPrefixCaching, else
+# "align", from hybrid prefix caching (0.26) until 0.28, where "align" became the only default
+MAMBA_ALL_UNTIL = (0, 28, 0)
+MAMBA_ALL_MODELS = frozenset({"falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "zamba2"})
+MAMBA1_CHUNK = 2048  # config/model.py get_mamba_chunk_size: Mamba-1 has no chunk
 
 
 def group_ratio(version: tuple[int, int, int]) -> float:
@@ -83,15 +89,16 @@ def rules_for(
     kv_cache_dtype: str = "auto",
     hopper: bool = True,
     sparse_mla: bool = False,
+    model_type: str = "",
 ) -> KvRules:
     """The rules of vLLM ``version`` (the table above).
 
     ``kv_cache_dtype`` is the resolved one (a ModelOpt checkpoint's FP8 under ``auto``). Sparse
     MLA (DeepSeek-V3.2's indexer) on FlashMLA sparse serves any fp8 cache in the fp8_ds_mla
     layout (mla_attention.py ``_canonicalize_sparse_mla_kv_cache_dtype``). Hybrid prefix
-    caching from 0.26 puts Gated DeltaNet in "align" mode; 0.26-0.27 default the Mamba-2
-    hybrids that declare SupportsMambaPrefixCaching to "all" (models/config.py
-    MambaModelConfig), which the planner does not model: it plans them as "align"."""
+    caching from 0.26 puts Gated DeltaNet in "align" mode; 0.26-0.27 put the hybrids whose
+    vLLM class declares SupportsMambaPrefixCaching (``model_type`` in MAMBA_ALL_MODELS) in
+    "all" mode instead."""
     ds_mla = kv_cache_dtype == "fp8_ds_mla" or (sparse_mla and kv_cache_dtype.startswith("fp8"))
     return KvRules(
         group_ratio=group_ratio(version),
@@ -104,6 +111,8 @@ def rules_for(
         null_block=version >= NULL_BLOCK_CHECK_FROM,
         gdn_checkpoints=version >= GDN_CHECKPOINT_FROM and hopper,
         mamba_checkpoints=version >= MAMBA_CHECKPOINT_FROM,
+        mamba_all=HYBRID_PREFIX_CACHING_FROM <= version < MAMBA_ALL_UNTIL
+        and model_type in MAMBA_ALL_MODELS,
     )
 
 
@@ -118,6 +127,8 @@ class CacheSpec:
 
     def pages(self, max_len: int, in_flight: int, rules: KvRules) -> int:
         """Blocks one request of ``max_len`` holds in this layer (max_memory_usage_bytes)."""
+        if self.kind in STATE_KINDS and rules.mamba_all:
+            return cdiv(max_len, self.block_size)  # MambaSpec "all": a state every block
         if self.kind in STATE_KINDS:
             # align mode (0.26+): the running state, the previous block's and, where the kernel
             # exports one (Mamba-2 from 0.32, Gated DeltaNet with FlashInfer from 0.33), a
@@ -216,6 +227,7 @@ class Geometry:
     element_bytes: int  # KV cache element
     state_bytes: int  # one linear/Mamba layer's state per sequence (0: none)
     ds_mla: bool = False
+    chunk_size: int = 0  # the Mamba kernel's chunk ("all" mode aligns blocks to it)
 
 
 def counted(caches: Iterable[LayerCache]) -> list[tuple[LayerCache, int]]:
@@ -270,6 +282,9 @@ def _block_size(attn: list[LayerCache], geo: Geometry, states: set[Kind], rules:
     if not (states and attn and geo.state_bytes):
         return geo.block_size
     one = per_token_bytes(attn[0], geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
+    if rules.mamba_all:  # whole kernel chunks (lcm with the 16-token kernel block)
+        chunk = math.lcm(geo.chunk_size or MAMBA1_CHUNK, 16)
+        return max(geo.block_size, chunk * cdiv(cdiv(geo.state_bytes, one), chunk))
     align = max(16, geo.block_size)
     if attn[0].kind is Kind.MLA:
         align = max(align, 128)

@@ -31,6 +31,7 @@ class LinearState:
     state_size: int = 0
     ssm_dtype: str | None = None
     conv_dtype: str | None = None
+    chunk_size: int = 0  # mamba_chunk_size / chunk_size (vLLM get_mamba_chunk_size)
 
     def bytes_per_sequence(self, tp: int, model_dtype_bytes: int) -> int:
         """Conv state plus temporal (SSM / delta-rule) state of one sequence on one rank."""
@@ -109,6 +110,7 @@ def _mamba2(cfg: Mapping[str, Any], ssm: str | None) -> LinearState:
         n_groups=_int(cfg, "n_groups", "mamba_n_groups", default=1),
         state_size=state,
         ssm_dtype=ssm,
+        chunk_size=_int(cfg, "mamba_chunk_size", "chunk_size"),
     )
 
 

@@ -397,3 +397,29 @@ def test_hybrid_concurrency_is_what_vllm_logs(version, block, state_pages):
         assert p.kv_cache_tokens == blocks // 4 * block
     else:
         assert p.kv_cache_tokens == int(blocks / pages * 32768)
+
+
+@pytest.mark.parametrize(
+    ("version", "block", "pages"),
+    [
+        # no prefix caching: one state per Mamba group, the smallest 16-multiple block
+        ((0, 25, 0), 16 * cdiv(2_134_016, 16 * 1024), 4 * 1 + cdiv(32768, 2096)),
+        # "all" (nemotron_h declares SupportsMambaPrefixCaching): blocks of whole 128-token
+        # chunks, and a state in every block of the request in each Mamba group
+        ((0, 27, 0), 128 * cdiv(cdiv(2_134_016, 1024), 128), 5 * cdiv(32768, 2176)),
+        # "align" only: the running and the previous state
+        ((0, 28, 0), 2096, 4 * 2 + cdiv(32768, 2096)),
+        ((0, 33, 0), 2096, 4 * 3 + cdiv(32768, 2096)),
+    ],
+)
+def test_nemotron_nano_mamba_cache_mode_of_each_version(version, block, pages):
+    rules = rules_for(version, dtype_bytes=2, model_type="nemotron_h")
+    kv = layout(NEMOTRON_NANO, rules=rules)
+    assert kv.block_size == block
+    assert kv.request_pages(32768, 8192) == pages
+
+
+def test_gated_deltanet_stays_in_align_mode_where_mamba_hybrids_use_all():
+    rules = rules_for((0, 27, 0), dtype_bytes=2, model_type="qwen3_next")
+    assert not rules.mamba_all
+    assert layout(QWEN3_NEXT, rules=rules).request_pages(32768, 8192) == 3 * 2 + cdiv(32768, 544)
