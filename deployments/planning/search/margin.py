@@ -37,6 +37,7 @@ from deployments.planning.fleet.inventory import Gpu
 from deployments.planning.memory.layout import GpuMemory, LayoutMemory
 from deployments.planning.memory.settings import Settings, settings_kv
 from deployments.planning.memory.versions import VersionProfile
+from deployments.planning.memory.weights import Shard, rank_weights_bytes
 from deployments.planning.model.spec import ModelSpec
 from deployments.planning.units import MIB, gib
 
@@ -78,6 +79,7 @@ def layout_tight(
         _kv(spec, s, layout, requests),
         _outside(s, layout.per_gpu),
         _sampler_warmup(spec, s, layout),
+        _mxfp4_unmeasured_load(spec, s, layout, requests),
     )
     return tuple(r for r in out if r)
 
@@ -161,6 +163,51 @@ def _sampler_warmup(spec: ModelSpec, s: Settings, layout: LayoutMemory) -> str:
         f"the planner's margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB; it may run "
         "out of memory there (lower max_num_seqs or gpu_memory_utilization)"
     )
+
+
+# MXFP4 loads measured on Hopper were ~8 % above the checkpoint (gpt-oss-20b: 13.7 GiB for
+# 12.82 GiB, issue 23), as the (hidden 256, intermediate 128) padding gives, with versions that
+# already ran the OAI Triton kernel there: triton_kernels is vendored from 0.12 and picked on
+# SM90 when torch >= 2.8 (quantization/mxfp4.py get_mxfp4_backend; 0.19+
+# fused_moe/oracle/mxfp4.py, Triton before Marlin). The Triton Hopper layout read in the wheels
+# (third_party/triton_kernels/tensor_details/layout_details/hopper_value.py) pads to 64 only,
+# which is how 0.33 is planned (quant.moe_alignment); no 0.33 start-up confirms that saving.
+MEASURED_HOPPER_MXFP4_ALIGN = (256, 128)
+
+
+def _mxfp4_unmeasured_load(
+    spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int
+) -> str:
+    """Tight when the layout fits only thanks to that unconfirmed saving."""
+    if s.quant is None or s.quant.method != "mxfp4" or s.moe_align[0] != 1:
+        return ""
+    tp, pp, length = (
+        layout.tensor_parallel_size,
+        layout.pipeline_parallel_size,
+        layout.max_model_len,
+    )
+    for stage in range(pp):
+        mem = layout.per_gpu[stage * tp]
+        planned = Shard(tp, pp, stage, s.dtype_bytes, s.quant, s.moe_align)
+        measured = Shard(tp, pp, stage, s.dtype_bytes, s.quant, MEASURED_HOPPER_MXFP4_ALIGN)
+        extra = rank_weights_bytes(spec, measured) - rank_weights_bytes(spec, planned)
+        kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
+        need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
+        left = kv.check_bytes(mem.kv_cache_bytes - extra)
+        if left < need:
+            what = (
+                f"one {length:,}-token request needs"
+                if requests == 1
+                else f"{requests} requests of {length:,} tokens need"
+            )
+            return (
+                f"fits only if vLLM {s.profile.label} loads the MXFP4 experts "
+                f"{gib(extra):.2f} GiB smaller than start-ups of earlier versions on Hopper did "
+                f"(~8 % above the checkpoint, also on the Triton kernel): then "
+                f"{gib(max(left, 0)):.2f} GiB of KV cache would be left for "
+                f"the {gib(need):.2f} GiB that {what}"
+            )
+    return ""
 
 
 def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, Gpu]]) -> str:
