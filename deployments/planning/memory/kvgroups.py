@@ -44,7 +44,7 @@ GROUP_RATIO_125_FROM = (0, 12, 0)  # v1/core/kv_cache_utils.py: before, the smal
 GROUP_RATIO_15_FROM = (0, 18, 0)  # "max_num_layers < min_num_layers * 1.5"
 IN_FLIGHT_FROM = (0, 26, 0)  # config/vllm.py max_in_flight_tokens (max_concurrent_batches)
 HYBRID_PREFIX_CACHING_FROM = (0, 26, 0)  # config/model.py is_prefix_caching_supported: hybrid
-NULL_BLOCK_CHECK_FROM = (0, 29, 0)  # kv_cache_planning.py "Reserve the null block …"
+NULL_BLOCK_CHECK_FROM = (0, 29, 0)  # kv_cache_utils.py "Reserve the null block …"
 MAMBA_CHECKPOINT_FROM = (0, 32, 0)  # mamba_mixer2.py num_prefill_checkpoint_blocks=1
 GDN_CHECKPOINT_FROM = (0, 33, 0)  # gdn/qwen_gdn_linear_attn.py, gdn_attn.py 64-token grid
 # models/config.py MambaModelConfig: "all" if the model SupportsMambaPrefixCaching, else
