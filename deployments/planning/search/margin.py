@@ -7,11 +7,11 @@ say little about run-to-run and driver differences in the memory outside PyTorch
 context, NCCL buffers: hundreds of MiB), so the band is about seven times that worst error,
 0.5 % of the budget, and never under 256 MiB.
 
-Versions keep their own rules where their profiling differs. Before 0.21 vLLM captures the
+Versions keep their own rules where their profiling differs. Before 0.20 vLLM captures the
 CUDA graphs after sizing the KV cache, outside ``gpu_memory_utilization``: the graph pool is
 what may run the GPU out of memory once the cache is allocated (the logs show 0.5-1.9 GiB of
 graphs where the planner predicts 0.3-0.7), so the memory left beyond the budget must hold
-the band plus the predicted pool again. From 0.21 vLLM takes its own estimate of the pool
+the band plus the predicted pool again. From 0.20 vLLM takes its own estimate of the pool
 from the KV budget; no case checks that estimate, so half the predicted pool widens the
 KV band instead.
 
@@ -43,8 +43,8 @@ from deployments.planning.units import MIB, gib
 
 FLOOR_BYTES = 256 * MIB
 BUDGET_FRACTION = 0.005
-GRAPHS_IN_BUDGET_SHARE = 0.5  # >= 0.21: vLLM's own graph estimate comes out of the KV cache
-GRAPHS_OUTSIDE_SHARE = 1.0  # < 0.21: the pool above the budget may be twice the prediction
+GRAPHS_IN_BUDGET_SHARE = 0.5  # >= 0.20: vLLM's own graph estimate comes out of the KV cache
+GRAPHS_OUTSIDE_SHARE = 1.0  # < 0.20: the pool above the budget may be twice the prediction
 # per logit beside the model-dtype logits: fp32 copy 4, sorted values 4, int64 sort indices 8,
 # sorted probabilities 4, top-k mask 1 (apply_top_k_top_p_pytorch, vLLM 0.33)
 SAMPLER_SORT_BYTES_PER_LOGIT = 21
@@ -117,7 +117,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
 
 
 def _outside(s: Settings, per_gpu: tuple[GpuMemory, ...]) -> str:
-    """What the GPU keeps beyond the budget (and, before 0.21, beyond the graph pool)."""
+    """What the GPU keeps beyond the budget (and, before 0.20, beyond the graph pool)."""
     mem = min(per_gpu, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
     b = band(s.profile, mem)
     if mem.free_bytes >= b.outside_bytes:
