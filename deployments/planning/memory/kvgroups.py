@@ -35,6 +35,7 @@ class KvRules:
     gdn_checkpoints: bool = True  # FlashInfer GDN prefill (Hopper) exports align checkpoints
     mamba_checkpoints: bool = True  # Mamba-2 mixers keep one prefill checkpoint page
     mamba_all: bool = False  # "all" mode: a Mamba state cached per block, like attention
+    default_ssm_bytes: int = 4  # NemotronHForCausalLMConfig's SSM dtype where config has none
 
 
 # The version each rule arrived in, read from the wheels' sources (vllm/…) of 0.10.1.1, 0.11
@@ -52,6 +53,17 @@ GDN_CHECKPOINT_FROM = (0, 33, 0)  # gdn/qwen_gdn_linear_attn.py, gdn_attn.py 64-
 MAMBA_ALL_UNTIL = (0, 28, 0)
 MAMBA_ALL_MODELS = frozenset({"falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "zamba2"})
 MAMBA1_CHUNK = 2048  # config/model.py get_mamba_chunk_size: Mamba-1 has no chunk
+# models/config.py NemotronHForCausalLMConfig: absent before 0.13 (the model dtype), then
+# getattr(hf_config, "mamba_ssm_cache_dtype", "float16"), "float32" from 0.20
+SSM_FP16_DEFAULT_FROM = (0, 13, 0)
+SSM_FP32_DEFAULT_FROM = (0, 20, 0)
+
+
+def default_ssm_bytes(version: tuple[int, int, int], dtype_bytes: int) -> int:
+    """Bytes of Nemotron-H's SSM state element when config.json names no dtype."""
+    if version >= SSM_FP32_DEFAULT_FROM:
+        return 4
+    return 2 if version >= SSM_FP16_DEFAULT_FROM else dtype_bytes
 
 
 def group_ratio(version: tuple[int, int, int]) -> float:
@@ -113,6 +125,7 @@ def rules_for(
         mamba_checkpoints=version >= MAMBA_CHECKPOINT_FROM,
         mamba_all=HYBRID_PREFIX_CACHING_FROM <= version < MAMBA_ALL_UNTIL
         and model_type in MAMBA_ALL_MODELS,
+        default_ssm_bytes=default_ssm_bytes(version, dtype_bytes),
     )
 
 

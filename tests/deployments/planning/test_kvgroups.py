@@ -423,3 +423,22 @@ def test_gated_deltanet_stays_in_align_mode_where_mamba_hybrids_use_all():
     rules = rules_for((0, 27, 0), dtype_bytes=2, model_type="qwen3_next")
     assert not rules.mamba_all
     assert layout(QWEN3_NEXT, rules=rules).request_pages(32768, 8192) == 3 * 2 + cdiv(32768, 544)
+
+
+@pytest.mark.parametrize(
+    ("version", "state_bytes"),
+    [
+        ((0, 12, 0), 15_360 + 32 * 64 * 256 * 2),  # no config hook: the model dtype (bf16)
+        ((0, 19, 0), 15_360 + 32 * 64 * 256 * 2),  # NemotronHForCausalLMConfig: "float16"
+        ((0, 20, 0), 15_360 + 32 * 64 * 256 * 4),  # … "float32" from 0.20
+        ((0, 33, 0), 15_360 + 32 * 64 * 256 * 4),
+    ],
+)
+def test_nemotron_h_ssm_state_dtype_of_each_version(version, state_bytes):
+    """Nemotron-H-56B at TP 8 names no mamba_ssm_cache_dtype; Nemotron-3-Nano names float32,
+    which every version keeps."""
+    rules = rules_for(version, dtype_bytes=2)
+    state = spec_of(NEMOTRON_H).layer_plan.state
+    assert state.bytes_per_sequence(8, 2, default_ssm_bytes=rules.default_ssm_bytes) == state_bytes
+    nano = spec_of(NEMOTRON_NANO).layer_plan.state
+    assert nano.bytes_per_sequence(1, 2, default_ssm_bytes=rules.default_ssm_bytes) == 2_134_016
