@@ -57,8 +57,13 @@ def stage_kv(
     rules = rules or KvRules()
     plan = layer_plan_of(spec)
     layers = pp_layer_ranges(spec.num_layers, pp)[pp_rank]
-    state = plan.state.bytes_per_sequence(tp, rules.state_dtype_bytes) if plan.state else 0
-    geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla)
+    state = 0
+    if plan.state:
+        state = plan.state.bytes_per_sequence(
+            tp, rules.state_dtype_bytes, default_ssm_bytes=rules.default_ssm_bytes
+        )
+    chunk = plan.state.chunk_size if plan.state else 0
+    geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla, chunk)
     if plan.uniform is not None:
         return stage_layout([(plan.uniform, len(layers))], geo, rules, pp=pp)
     caches = counted(c for i in layers for c in plan.caches[i])

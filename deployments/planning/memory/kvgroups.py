@@ -25,7 +25,7 @@ class KvRules:
 
     group_ratio: float = 1.5  # bucket sizes within this ratio share the larger group size
     extra_in_flight_batches: int = 1  # async scheduling keeps pp + 1 batches in flight
-    mamba_align: bool = True  # prefix caching on: a Mamba layer holds 2 + checkpoint states
+    mamba_align: bool = True  # prefix caching on: a Mamba layer holds 2 (+ checkpoint) states
     chunked_hybrid: bool = False  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
     dcp: int = 1  # --decode-context-parallel-size
     state_dtype_bytes: int = 2  # the model dtype, for states that follow it
@@ -33,6 +33,44 @@ class KvRules:
     kv_cache_dtype: str = "auto"  # after the checkpoint's own choice (ModelOpt FP8) is applied
     null_block: bool = True  # the fit check leaves out the block BlockPool holds back
     gdn_checkpoints: bool = True  # FlashInfer GDN prefill (Hopper) exports align checkpoints
+    mamba_checkpoints: bool = True  # Mamba-2 mixers keep one prefill checkpoint page
+    mamba_all: bool = False  # "all" mode: a Mamba state cached per block, like attention
+    default_ssm_bytes: int = 4  # NemotronHForCausalLMConfig's SSM dtype where config has none
+
+
+# The version each rule arrived in, read from the wheels' sources (vllm/…) of 0.10.1.1, 0.11
+# to 0.13, 0.15 to 0.33 (0.14 not read: the group ratio and the wording sit between 0.13 and
+# 0.15, which agree). Before the first entry, the rule is off.
+GROUP_RATIO_125_FROM = (0, 12, 0)  # v1/core/kv_cache_utils.py: before, the smallest bucket
+GROUP_RATIO_15_FROM = (0, 18, 0)  # "max_num_layers < min_num_layers * 1.5"
+IN_FLIGHT_FROM = (0, 26, 0)  # config/vllm.py max_in_flight_tokens (max_concurrent_batches)
+HYBRID_PREFIX_CACHING_FROM = (0, 26, 0)  # config/model.py is_prefix_caching_supported: hybrid
+NULL_BLOCK_CHECK_FROM = (0, 29, 0)  # kv_cache_utils.py "Reserve the null block …"
+MAMBA_CHECKPOINT_FROM = (0, 32, 0)  # mamba_mixer2.py num_prefill_checkpoint_blocks=1
+GDN_CHECKPOINT_FROM = (0, 33, 0)  # gdn/qwen_gdn_linear_attn.py, gdn_attn.py 64-token grid
+# models/config.py MambaModelConfig: "all" if the model SupportsMambaPrefixCaching, else
+# "align", from hybrid prefix caching (0.26) until 0.28, where "align" became the only default
+MAMBA_ALL_UNTIL = (0, 28, 0)
+MAMBA_ALL_MODELS = frozenset({"falcon_h1", "granitemoehybrid", "jamba", "nemotron_h", "zamba2"})
+MAMBA1_CHUNK = 2048  # config/model.py get_mamba_chunk_size: Mamba-1 has no chunk
+# models/config.py NemotronHForCausalLMConfig: absent before 0.13 (the model dtype), then
+# getattr(hf_config, "mamba_ssm_cache_dtype", "float16"), "float32" from 0.20
+SSM_FP16_DEFAULT_FROM = (0, 13, 0)
+SSM_FP32_DEFAULT_FROM = (0, 20, 0)
+
+
+def default_ssm_bytes(version: tuple[int, int, int], dtype_bytes: int) -> int:
+    """Bytes of Nemotron-H's SSM state element when config.json names no dtype."""
+    if version >= SSM_FP32_DEFAULT_FROM:
+        return 4
+    return 2 if version >= SSM_FP16_DEFAULT_FROM else dtype_bytes
+
+
+def group_ratio(version: tuple[int, int, int]) -> float:
+    """_get_kv_cache_groups_uniform_page_size's tolerance; 1.0: the smallest bucket always."""
+    if version >= GROUP_RATIO_15_FROM:
+        return 1.5
+    return 1.25 if version >= GROUP_RATIO_125_FROM else 1.0
 
 
 GDN_CHECKPOINT_ALIGNMENT = 64  # v1/attention/backends/gdn_attn.py
@@ -63,24 +101,31 @@ def rules_for(
     kv_cache_dtype: str = "auto",
     hopper: bool = True,
     sparse_mla: bool = False,
+    model_type: str = "",
 ) -> KvRules:
-    """The rules of vLLM ``version``; before 0.33 the planner keeps its earlier, checked rules.
+    """The rules of vLLM ``version`` (the table above).
 
     ``kv_cache_dtype`` is the resolved one (a ModelOpt checkpoint's FP8 under ``auto``). Sparse
     MLA (DeepSeek-V3.2's indexer) on FlashMLA sparse serves any fp8 cache in the fp8_ds_mla
-    layout (mla_attention.py ``_canonicalize_sparse_mla_kv_cache_dtype``)."""
-    new = version >= (0, 33, 0)
+    layout (mla_attention.py ``_canonicalize_sparse_mla_kv_cache_dtype``). Hybrid prefix
+    caching from 0.26 puts Gated DeltaNet in "align" mode; 0.26-0.27 put the hybrids whose
+    vLLM class declares SupportsMambaPrefixCaching (``model_type`` in MAMBA_ALL_MODELS) in
+    "all" mode instead."""
     ds_mla = kv_cache_dtype == "fp8_ds_mla" or (sparse_mla and kv_cache_dtype.startswith("fp8"))
     return KvRules(
-        group_ratio=1.5 if new else 1.25,
-        extra_in_flight_batches=1 if new else 0,
-        mamba_align=new,
+        group_ratio=group_ratio(version),
+        extra_in_flight_batches=1 if version >= IN_FLIGHT_FROM else 0,
+        mamba_align=version >= HYBRID_PREFIX_CACHING_FROM,
         dcp=dcp,
         state_dtype_bytes=dtype_bytes,
         ds_mla=ds_mla,
         kv_cache_dtype=kv_cache_dtype,
-        null_block=new,
-        gdn_checkpoints=new and hopper,
+        null_block=version >= NULL_BLOCK_CHECK_FROM,
+        gdn_checkpoints=version >= GDN_CHECKPOINT_FROM and hopper,
+        mamba_checkpoints=version >= MAMBA_CHECKPOINT_FROM,
+        mamba_all=HYBRID_PREFIX_CACHING_FROM <= version < MAMBA_ALL_UNTIL
+        and model_type in MAMBA_ALL_MODELS,
+        default_ssm_bytes=default_ssm_bytes(version, dtype_bytes),
     )
 
 
@@ -95,12 +140,18 @@ class CacheSpec:
 
     def pages(self, max_len: int, in_flight: int, rules: KvRules) -> int:
         """Blocks one request of ``max_len`` holds in this layer (max_memory_usage_bytes)."""
+        if self.kind in STATE_KINDS and rules.mamba_all:
+            return cdiv(max_len, self.block_size)  # MambaSpec "all": a state every block
         if self.kind in STATE_KINDS:
-            # 0.33 align mode: the running state, the previous block's and, where the kernel
-            # exports one (Mamba-2 always, Gated DeltaNet with FlashInfer), a prefill checkpoint
+            # align mode (0.26+): the running state, the previous block's and, where the kernel
+            # exports one (Mamba-2 from 0.32, Gated DeltaNet with FlashInfer from 0.33), a
+            # prefill checkpoint
             if not rules.mamba_align:
                 return 1
-            return 3 if self.kind is Kind.MAMBA or rules.gdn_checkpoints else 2
+            checkpoint = (
+                rules.mamba_checkpoints if self.kind is Kind.MAMBA else rules.gdn_checkpoints
+            )
+            return 3 if checkpoint else 2
         if self.kind is Kind.SLIDING:
             return cdiv(min(self.window - 1 + in_flight, max_len), self.block_size) + 1
         if self.kind is Kind.CHUNKED:
@@ -189,6 +240,7 @@ class Geometry:
     element_bytes: int  # KV cache element
     state_bytes: int  # one linear/Mamba layer's state per sequence (0: none)
     ds_mla: bool = False
+    chunk_size: int = 0  # the Mamba kernel's chunk ("all" mode aligns blocks to it)
 
 
 def counted(caches: Iterable[LayerCache]) -> list[tuple[LayerCache, int]]:
@@ -243,6 +295,9 @@ def _block_size(attn: list[LayerCache], geo: Geometry, states: set[Kind], rules:
     if not (states and attn and geo.state_bytes):
         return geo.block_size
     one = per_token_bytes(attn[0], geo.tp, geo.element_bytes, ds_mla=geo.ds_mla)
+    if rules.mamba_all:  # whole kernel chunks (lcm with the 16-token kernel block)
+        chunk = math.lcm(geo.chunk_size or MAMBA1_CHUNK, 16)
+        return max(geo.block_size, chunk * cdiv(cdiv(geo.state_bytes, one), chunk))
     align = max(16, geo.block_size)
     if attn[0].kind is Kind.MLA:
         align = max(align, 128)

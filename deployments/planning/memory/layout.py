@@ -14,11 +14,6 @@ from .kvcache import StageKv
 from .settings import Settings, settings_kv
 from .weights import Shard, rank_weights_bytes
 
-NO_KV_MEMORY = (
-    "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-    "when initializing the engine."
-)
-
 
 @dataclass(frozen=True, slots=True)
 class GpuMemory:
@@ -52,6 +47,7 @@ class LayoutMemory:
     warnings: tuple[str, ...]
     requested_max_model_len: int = 0  # what was asked (or the model's own); 0: max_model_len
     longest_fitting_len: int = 0  # vLLM's estimate when max_model_len does not fit (0: it does)
+    concurrency: float | None = None  # vLLM's "Maximum concurrency" (None: tokens / length)
 
     @property
     def context_clipped(self) -> bool:
@@ -65,7 +61,10 @@ class LayoutMemory:
 
     @property
     def max_concurrency(self) -> float:
-        """KV tokens over ``max_model_len``."""
+        """Full-length requests the KV cache holds at once, as vLLM logs it ("Maximum
+        concurrency for N tokens per request"); KV tokens over ``max_model_len`` when unknown."""
+        if self.concurrency is not None:
+            return self.concurrency
         return self.kv_cache_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
@@ -113,15 +112,25 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
     max_len, fitting = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)
+    concurrency = min(_concurrency(s, kv, blocks, max_len) for _, kv in ranks)
     reasons += _graph_overflow(s, [mem for mem, _ in ranks])
     per_gpu = tuple(_clamped(mem) for mem, _ in ranks)
-    if not reasons and tokens < 4 * max_len:
+    if not reasons and concurrency < 4:
         warnings.append(
-            f"little KV headroom: {tokens} tokens hold {tokens / max_len:.2f} requests "
+            f"little KV headroom: {tokens} tokens hold {concurrency:.2f} requests "
             f"of {max_len} tokens"
         )
     return LayoutMemory(
-        tp, pp, per_gpu, tokens, max_len, tuple(reasons), tuple(warnings), s.max_model_len, fitting
+        tp,
+        pp,
+        per_gpu,
+        tokens,
+        max_len,
+        tuple(reasons),
+        tuple(warnings),
+        s.max_model_len,
+        fitting,
+        concurrency,
     )
 
 
@@ -139,7 +148,8 @@ def _fit_length(
     worst = min(ranks, key=lambda r: r[0].kv_cache_bytes)
     available = worst[0].kv_cache_bytes
     if available <= 0:
-        reasons.append(f"{NO_KV_MEMORY} (KV cache memory would be {gib(available):.2f} GiB)")
+        text = no_kv_memory(s.profile.version)
+        reasons.append(f"{text} (KV cache memory would be {gib(available):.2f} GiB)")
         return s.max_model_len, 0
     fitting = min(
         kv.longest_fitting_len(kv.check_bytes(m.kv_cache_bytes), s.max_num_batched_tokens)
@@ -149,43 +159,53 @@ def _fit_length(
         return s.max_model_len, 0
     needed = max(kv.request_bytes(s.max_model_len, s.max_num_batched_tokens) for _, kv in ranks)
     if s.max_model_len_given or fitting < s.block_size:
-        if s.profile.version >= (0, 33, 0):
-            check = worst[1].check_bytes(available)
-            reasons.append(_too_long_033(s.max_model_len, needed, check, fitting))
-        else:
-            reasons.append(_too_long(s.max_model_len, needed, available, fitting))
+        check = worst[1].check_bytes(available)
+        reasons.append(too_long(s.profile.version, s.max_model_len, needed, check, fitting))
         return s.max_model_len, fitting
     clipped = fitting // s.block_size * s.block_size
     warnings.append(f"context clipped to {clipped} tokens (the model allows {s.max_model_len})")
     return clipped, 0
 
 
-def _too_long_033(length: int, needed: int, available: int, fitting: int) -> str:
-    """0.33's wording (kv_cache_planning._check_enough_kv_cache_memory): the typo is gone, the
-    estimate only when positive, a docs link at the end."""
+# The wording of kv_cache_utils.py (kv_cache_planning.py from 0.29) by version: "models's"
+# until 0.21, a docs link from 0.13, the CPU-backend remark from 0.22; the estimate only when
+# positive at every version read (0.10.1-0.33).
+TYPO_UNTIL = (0, 22, 0)
+DOCS_LINK_FROM = (0, 13, 0)
+CPU_REMARK_FROM = (0, 22, 0)
+DOCS = "See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+
+
+def no_kv_memory(version: tuple[int, int, int]) -> str:
+    """check_enough_kv_cache_memory when nothing is left for the cache."""
+    text = "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+    if version >= CPU_REMARK_FROM:
+        text += "when initializing the engine (this flag also controls CPU memory reservation "
+        return text + f"on the CPU backend, despite its name). {DOCS}"
+    text += "when initializing the engine."
+    return f"{text} {DOCS}" if version >= DOCS_LINK_FROM else text
+
+
+def too_long(
+    version: tuple[int, int, int], length: int, needed: int, available: int, fitting: int
+) -> str:
+    """_check_enough_kv_cache_memory's refusal of one request of ``length`` tokens."""
+    owner = "models's" if version < TYPO_UNTIL else "model's"
     estimate = (
         f"Based on the available memory, the estimated maximum model length is {fitting}. "
         if fitting > 0
         else ""
     )
-    return (
-        f"To serve at least one request with the model's max seq len ({length}), "
+    flag = "`gpu_memory_utilization`"
+    if version >= CPU_REMARK_FROM:
+        flag += " (which also controls CPU memory on the CPU backend)"
+    text = (
+        f"To serve at least one request with the {owner} max seq len ({length}), "
         f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
-        f"cache memory ({available / GIB:.2f} GiB). {estimate}Try increasing "
-        "`gpu_memory_utilization` (which also controls CPU memory on the CPU backend) or "
-        "decreasing `max_model_len` when initializing the engine. See "
-        "https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
+        f"cache memory ({available / GIB:.2f} GiB). {estimate}Try increasing {flag} or "
+        "decreasing `max_model_len` when initializing the engine."
     )
-
-
-def _too_long(length: int, needed: int, available: int, fitting: int) -> str:
-    return (
-        f"To serve at least one request with the models's max seq len ({length}), "
-        f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV "
-        f"cache memory ({available / GIB:.2f} GiB). Based on the available memory, the "
-        f"estimated maximum model length is {fitting}. Try increasing `gpu_memory_utilization` "
-        "or decreasing `max_model_len` when initializing the engine."
-    )
+    return f"{text} {DOCS}" if version >= DOCS_LINK_FROM else text
 
 
 def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
@@ -195,6 +215,15 @@ def _tokens(s: Settings, kv: StageKv, blocks: int, max_len: int) -> int:
         return kv.tokens(blocks)
     pages = kv.request_pages(max_len, s.max_num_batched_tokens)
     return int(blocks / pages * max_len) if pages else 0
+
+
+def _concurrency(s: Settings, kv: StageKv, blocks: int, max_len: int) -> float:
+    """get_max_concurrency_for_kv_cache_config (v1/core/kv_cache_utils.py, every version read):
+    blocks over the blocks one request of ``max_len`` claims in all groups. Before 0.21 the
+    logged token count (blocks per group × block size) is not this times the length: for
+    Qwen3.5-27B, 4 groups of 16 layers, it counts every Gated DeltaNet group as attention."""
+    pages = kv.request_pages(max_len, s.max_num_batched_tokens)
+    return blocks / pages if pages else 0.0
 
 
 def _graph_overflow(s: Settings, mems: list[GpuMemory]) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from deployments.planning.model.layers import Kind
 from deployments.planning.model.quantspec import QuantSpec
 from deployments.planning.model.spec import MlaSpec, ModelSpec, MoeSpec
 from deployments.planning.model.vision import tower_split_by_tp
@@ -93,7 +94,7 @@ def _norm_bytes(spec: ModelSpec, shard: Shard) -> int:
 
 def _layer_bytes(spec: ModelSpec, shard: Shard, layer: int) -> int:
     parts = layer_parts(spec, shard, layer)  # hybrid layers: mixers.py
-    attn = _mla_bytes(spec, shard, spec.mla) if spec.mla else _attention_bytes(spec, shard)
+    attn = _mla_bytes(spec, shard, spec.mla) if spec.mla else _attention_bytes(spec, shard, layer)
     attn = (attn if parts.attention else 0) + parts.mixer_bytes
     moe = (
         spec.moe if parts.mlp == "moe" or (parts.mlp == "default" and spec.is_moe(layer)) else None
@@ -104,10 +105,25 @@ def _layer_bytes(spec: ModelSpec, shard: Shard, layer: int) -> int:
     return attn + mlp + norms
 
 
-def _attention_bytes(spec: ModelSpec, shard: Shard) -> int:
-    h, d, b = spec.hidden_size, spec.head_dim, shard.dtype_bytes
+def attention_geometry(spec: ModelSpec, layer: int) -> tuple[int, int]:
+    """(KV heads, head width) of ``layer``'s attention. Gemma 4's full-attention layers have
+    their own: vLLM 0.33 models/gemma4.py ``Gemma4DecoderLayer`` builds each layer from
+    ``config.per_layer_config[i]`` (transformers' Gemma4TextConfig: ``global_head_dim``, and
+    ``num_global_key_value_heads`` when ``attention_k_eq_v``), and ``Gemma4Attention``'s
+    QKVParallelLinear keeps a V slot even where K is loaded into both (k_eq_v)."""
+    plan = spec.layer_plan
+    if plan is not None and layer < len(plan.caches):
+        for c in plan.caches[layer]:
+            if c.kind is Kind.FULL and c.head_dim and c.head_dim != spec.head_dim:
+                return c.kv_heads, c.head_dim
+    return spec.num_kv_heads, spec.head_dim
+
+
+def _attention_bytes(spec: ModelSpec, shard: Shard, layer: int = 0) -> int:
+    kv_heads, d = attention_geometry(spec, layer)
+    h, b = spec.hidden_size, shard.dtype_bytes
     q_heads = spec.num_heads // shard.tp
-    qkv_out = (q_heads + 2 * kv_heads_per_rank(spec, shard.tp)) * d
+    qkv_out = (q_heads + 2 * max(1, kv_heads // shard.tp)) * d
     qkv = shard.linear(h, qkv_out, attention=True)
     total = qkv + shard.linear(q_heads * d, h, attention=True)
     total += qkv_out * b if spec.qkv_bias else 0

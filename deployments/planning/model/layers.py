@@ -146,8 +146,10 @@ def _cache(
         return LayerCache(Kind.FULL, kv_heads, head_dim)
     if kind is Kind.CHUNKED:
         return LayerCache(kind, kv_heads, head_dim, int(cfg.get("attention_chunk_size") or 0))
-    # Gemma 4: global layers have their own head width and KV heads.
-    heads = int(cfg.get("num_global_key_value_heads") or kv_heads)
+    # Gemma 4: global layers have their own head width, and their own KV heads only where
+    # attention_k_eq_v (transformers 5.20-5.23 Gemma4TextConfig.per_layer_config)
+    own = cfg.get("attention_k_eq_v") and cfg.get("num_global_key_value_heads")
+    heads = int(own or kv_heads)
     return LayerCache(kind, heads, int(cfg.get("global_head_dim") or head_dim))
 
 

@@ -5,7 +5,7 @@ get_mamba_state_shape_from_config / get_mamba_state_dtype_from_config size it. P
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deployments.planning.errors import PlanningError
@@ -14,7 +14,8 @@ from deployments.planning.units import canonical_dtype, dtype_bytes
 GDN = "gated deltanet"
 MAMBA2 = "mamba2"
 MAMBA1 = "mamba1"
-# Models whose vLLM config hook defaults the SSM state to float32 (NemotronHForCausalLMConfig).
+# Models whose vLLM config hook defaults the SSM state when config.json names none
+# (NemotronHForCausalLMConfig): float32 from 0.20, float16 in 0.13-0.19 (KvRules).
 SSM_FP32_DEFAULT = frozenset({"nemotron_h"})
 
 
@@ -31,11 +32,18 @@ class LinearState:
     state_size: int = 0
     ssm_dtype: str | None = None
     conv_dtype: str | None = None
+    chunk_size: int = 0  # mamba_chunk_size / chunk_size (vLLM get_mamba_chunk_size)
+    ssm_dtype_defaulted: bool = False  # ssm_dtype is vLLM's default for the model, not config's
 
-    def bytes_per_sequence(self, tp: int, model_dtype_bytes: int) -> int:
-        """Conv state plus temporal (SSM / delta-rule) state of one sequence on one rank."""
+    def bytes_per_sequence(
+        self, tp: int, model_dtype_bytes: int, *, default_ssm_bytes: int | None = None
+    ) -> int:
+        """Conv state plus temporal (SSM / delta-rule) state of one sequence on one rank;
+        ``default_ssm_bytes``: the target version's default where the config names none."""
         conv_elt = dtype_bytes(self.conv_dtype) if self.conv_dtype else model_dtype_bytes
         ssm_elt = dtype_bytes(self.ssm_dtype) if self.ssm_dtype else conv_elt
+        if self.ssm_dtype_defaulted and default_ssm_bytes:
+            ssm_elt = default_ssm_bytes
         conv = self._conv_channels(tp) // tp * (self.conv_kernel - 1) * conv_elt
         a, b = self.head_dims
         return conv + max(1, self.heads // tp) * a * b * ssm_elt
@@ -50,15 +58,17 @@ class LinearState:
 def linear_state(cfg: Mapping[str, Any], model_type: str) -> LinearState | None:
     """The state shape for the model's linear/SSM layers, or None when the config lacks it."""
     ssm = _dtype(cfg.get("mamba_ssm_dtype") or cfg.get("mamba_ssm_cache_dtype"))
-    if ssm is None and model_type in SSM_FP32_DEFAULT:
+    defaulted = ssm is None and model_type in SSM_FP32_DEFAULT
+    if defaulted:
         ssm = "float32"
+    state = None
     if cfg.get("linear_num_value_heads"):
-        return _gdn(cfg, ssm)
-    if cfg.get("mamba_num_heads") or cfg.get("mamba_n_heads"):
-        return _mamba2(cfg, ssm)
-    if cfg.get("mamba_d_state") or cfg.get("state_size"):
-        return _mamba1(cfg, ssm)
-    return None
+        state = _gdn(cfg, ssm)
+    elif cfg.get("mamba_num_heads") or cfg.get("mamba_n_heads"):
+        state = _mamba2(cfg, ssm)
+    elif cfg.get("mamba_d_state") or cfg.get("state_size"):
+        state = _mamba1(cfg, ssm)
+    return replace(state, ssm_dtype_defaulted=defaulted) if state and defaulted else state
 
 
 def _dtype(value: object) -> str | None:
@@ -109,6 +119,7 @@ def _mamba2(cfg: Mapping[str, Any], ssm: str | None) -> LinearState:
         n_groups=_int(cfg, "n_groups", "mamba_n_groups", default=1),
         state_size=state,
         ssm_dtype=ssm,
+        chunk_size=_int(cfg, "mamba_chunk_size", "chunk_size"),
     )
 
 

@@ -7,11 +7,11 @@ say little about run-to-run and driver differences in the memory outside PyTorch
 context, NCCL buffers: hundreds of MiB), so the band is about seven times that worst error,
 0.5 % of the budget, and never under 256 MiB.
 
-Versions keep their own rules where their profiling differs. Before 0.21 vLLM captures the
+Versions keep their own rules where their profiling differs. Before 0.20 vLLM captures the
 CUDA graphs after sizing the KV cache, outside ``gpu_memory_utilization``: the graph pool is
 what may run the GPU out of memory once the cache is allocated (the logs show 0.5-1.9 GiB of
 graphs where the planner predicts 0.3-0.7), so the memory left beyond the budget must hold
-the band plus the predicted pool again. From 0.21 vLLM takes its own estimate of the pool
+the band plus the predicted pool again. From 0.20 vLLM takes its own estimate of the pool
 from the KV budget; no case checks that estimate, so half the predicted pool widens the
 KV band instead.
 
@@ -37,13 +37,14 @@ from deployments.planning.fleet.inventory import Gpu
 from deployments.planning.memory.layout import GpuMemory, LayoutMemory
 from deployments.planning.memory.settings import Settings, settings_kv
 from deployments.planning.memory.versions import VersionProfile
+from deployments.planning.memory.weights import Shard, rank_weights_bytes
 from deployments.planning.model.spec import ModelSpec
 from deployments.planning.units import MIB, gib
 
 FLOOR_BYTES = 256 * MIB
 BUDGET_FRACTION = 0.005
-GRAPHS_IN_BUDGET_SHARE = 0.5  # >= 0.21: vLLM's own graph estimate comes out of the KV cache
-GRAPHS_OUTSIDE_SHARE = 1.0  # < 0.21: the pool above the budget may be twice the prediction
+GRAPHS_IN_BUDGET_SHARE = 0.5  # >= 0.20: vLLM's own graph estimate comes out of the KV cache
+GRAPHS_OUTSIDE_SHARE = 1.0  # < 0.20: the pool above the budget may be twice the prediction
 # per logit beside the model-dtype logits: fp32 copy 4, sorted values 4, int64 sort indices 8,
 # sorted probabilities 4, top-k mask 1 (apply_top_k_top_p_pytorch, vLLM 0.33)
 SAMPLER_SORT_BYTES_PER_LOGIT = 21
@@ -78,6 +79,7 @@ def layout_tight(
         _kv(spec, s, layout, requests),
         _outside(s, layout.per_gpu),
         _sampler_warmup(spec, s, layout),
+        _mxfp4_unmeasured_load(spec, s, layout, requests),
     )
     return tuple(r for r in out if r)
 
@@ -115,7 +117,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
 
 
 def _outside(s: Settings, per_gpu: tuple[GpuMemory, ...]) -> str:
-    """What the GPU keeps beyond the budget (and, before 0.21, beyond the graph pool)."""
+    """What the GPU keeps beyond the budget (and, before 0.20, beyond the graph pool)."""
     mem = min(per_gpu, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
     b = band(s.profile, mem)
     if mem.free_bytes >= b.outside_bytes:
@@ -161,6 +163,51 @@ def _sampler_warmup(spec: ModelSpec, s: Settings, layout: LayoutMemory) -> str:
         f"the planner's margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB; it may run "
         "out of memory there (lower max_num_seqs or gpu_memory_utilization)"
     )
+
+
+# MXFP4 loads measured on Hopper were ~8 % above the checkpoint (gpt-oss-20b: 13.7 GiB for
+# 12.82 GiB, issue 23), as the (hidden 256, intermediate 128) padding gives, with versions that
+# already ran the OAI Triton kernel there: triton_kernels is vendored from 0.12 and picked on
+# SM90 when torch >= 2.8 (quantization/mxfp4.py get_mxfp4_backend; 0.19+
+# fused_moe/oracle/mxfp4.py, Triton before Marlin). The Triton Hopper layout read in the wheels
+# (third_party/triton_kernels/tensor_details/layout_details/hopper_value.py) pads to 64 only,
+# which is how 0.33 is planned (quant.moe_alignment); no 0.33 start-up confirms that saving.
+MEASURED_HOPPER_MXFP4_ALIGN = (256, 128)
+
+
+def _mxfp4_unmeasured_load(
+    spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int
+) -> str:
+    """Tight when the layout fits only thanks to that unconfirmed saving."""
+    if s.quant is None or s.quant.method != "mxfp4" or s.moe_align[0] != 1:
+        return ""
+    tp, pp, length = (
+        layout.tensor_parallel_size,
+        layout.pipeline_parallel_size,
+        layout.max_model_len,
+    )
+    for stage in range(pp):
+        mem = layout.per_gpu[stage * tp]
+        planned = Shard(tp, pp, stage, s.dtype_bytes, s.quant, s.moe_align)
+        measured = Shard(tp, pp, stage, s.dtype_bytes, s.quant, MEASURED_HOPPER_MXFP4_ALIGN)
+        extra = rank_weights_bytes(spec, measured) - rank_weights_bytes(spec, planned)
+        kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
+        need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
+        left = kv.check_bytes(mem.kv_cache_bytes - extra)
+        if left < need:
+            what = (
+                f"one {length:,}-token request needs"
+                if requests == 1
+                else f"{requests} requests of {length:,} tokens need"
+            )
+            return (
+                f"fits only if vLLM {s.profile.label} loads the MXFP4 experts "
+                f"{gib(extra):.2f} GiB smaller than start-ups of earlier versions on Hopper did "
+                f"(~8 % above the checkpoint, also on the Triton kernel): then "
+                f"{gib(max(left, 0)):.2f} GiB of KV cache would be left for "
+                f"the {gib(need):.2f} GiB that {what}"
+            )
+    return ""
 
 
 def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, Gpu]]) -> str:

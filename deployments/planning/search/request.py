@@ -115,6 +115,7 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
             kv_cache_dtype=kv_dtype,
             hopper=is_hopper(gpu_name, gpu_total_bytes),
             sparse_mla=_sparse_mla(spec),
+            model_type=spec.model_type,
         ),
     )
 

@@ -6,7 +6,7 @@ import pytest
 from deployments.planning import ModelSpec, PlanningError, PlanRequest, layer_notes, parse_gpus
 from deployments.planning import plan as make_plan
 from deployments.planning.memory.kvcache import stage_kv
-from deployments.planning.memory.kvgroups import KvRules, is_hopper, rules_for
+from deployments.planning.memory.kvgroups import CacheSpec, KvRules, is_hopper, rules_for
 from deployments.planning.model.layers import Kind
 from deployments.planning.units import cdiv
 from tests.deployments.planning.test_layers import (
@@ -134,12 +134,82 @@ def test_chunked_layers_keep_chunks_with_the_hybrid_manager_on():
     assert kv.request_pages(32768, 8192) == 3 * cdiv(8192 + 2 * 8192, 16) + cdiv(32768, 16)
 
 
-def test_versions_before_033_keep_the_earlier_rules():
+# (version, group ratio, in-flight batches beyond pp, align mode, null block held out of the
+# check, pages a Mamba-2 layer and a Gated DeltaNet layer (Hopper) claim per request), read from
+# each wheel's sources (memory/kvgroups.py names the files)
+VERSIONS = [
+    ((0, 10, 1), 1.0, 0, False, False, 1, 1),
+    ((0, 11, 0), 1.0, 0, False, False, 1, 1),
+    ((0, 12, 0), 1.25, 0, False, False, 1, 1),
+    ((0, 17, 0), 1.25, 0, False, False, 1, 1),
+    ((0, 18, 0), 1.5, 0, False, False, 1, 1),
+    ((0, 19, 0), 1.5, 0, False, False, 1, 1),
+    ((0, 25, 0), 1.5, 0, False, False, 1, 1),
+    ((0, 26, 0), 1.5, 1, True, False, 2, 2),
+    ((0, 28, 0), 1.5, 1, True, False, 2, 2),
+    ((0, 29, 0), 1.5, 1, True, True, 2, 2),
+    ((0, 31, 0), 1.5, 1, True, True, 2, 2),
+    ((0, 32, 0), 1.5, 1, True, True, 3, 2),
+    ((0, 33, 0), 1.5, 1, True, True, 3, 3),
+]
+
+
+@pytest.mark.parametrize(("version", "ratio", "extra", "align", "null", "mamba", "gdn"), VERSIONS)
+def test_rules_of_each_version(version, ratio, extra, align, null, mamba, gdn):
+    rules = rules_for(version, dtype_bytes=2)
+    assert (rules.group_ratio, rules.extra_in_flight_batches) == (ratio, extra)
+    assert (rules.mamba_align, rules.null_block) == (align, null)
+    assert CacheSpec(Kind.MAMBA, 1, 16).pages(4096, 8192, rules) == mamba
+    assert CacheSpec(Kind.LINEAR, 1, 16).pages(4096, 8192, rules) == gdn
+    off_hopper = rules_for(version, dtype_bytes=2, hopper=False)
+    assert CacheSpec(Kind.LINEAR, 1, 16).pages(4096, 8192, off_hopper) == min(gdn, 2)
+
+
+def gpt_oss_with(full_layers: int):
+    """gpt-oss-20b's config with ``full_layers`` of its 24 layers full attention, the rest
+    sliding: bucket sizes whose ratio the versions' group rules split differently."""
+    from tests.support.planning import fixture_config
+
+    raw = fixture_config(GPT_OSS_20B)
+    kinds = ["full_attention"] * full_layers + ["sliding_attention"] * (24 - full_layers)
+    return ModelSpec.from_config({**raw, "layer_types": kinds})
+
+
+@pytest.mark.parametrize(
+    ("full_layers", "version", "groups"),
+    [
+        (13, (0, 11, 0), [11, 2, 11]),  # the smallest bucket: 13 full layers need two groups
+        (13, (0, 12, 0), [13, 11]),  # 13 < 11 × 1.25: one group size of 13, sliding padded
+        (14, (0, 17, 0), [10, 4, 10]),  # 14 ≥ 10 × 1.25
+        (14, (0, 18, 0), [14, 10]),  # 14 < 10 × 1.5
+        (14, (0, 33, 0), [14, 10]),
+    ],
+)
+def test_group_size_of_each_version(full_layers, version, groups):
+    rules = rules_for(version, dtype_bytes=2)
+    spec = gpt_oss_with(full_layers)
+    kv = stage_kv(spec, tp=1, pp=1, pp_rank=0, block_size=16, element_bytes=2, rules=rules)
+    assert kv.groups == groups
+    assert kv.block_bytes == 16 * 8 * 64 * 2 * 2 * max(groups)
+
+
+@pytest.mark.parametrize(
+    ("version", "pages"),
+    [
+        ((0, 19, 0), 3 * 1 + cdiv(32768, 544)),  # no prefix caching: one state per GDN group
+        ((0, 26, 0), 3 * 2 + cdiv(32768, 544)),  # align: running and previous state
+        ((0, 33, 0), 3 * 3 + cdiv(32768, 576)),  # + FlashInfer's checkpoint, 64-token grid
+    ],
+)
+def test_qwen3_next_request_of_each_version(version, pages):
+    rules = rules_for(version, dtype_bytes=2)
+    assert layout(QWEN3_NEXT, rules=rules).request_pages(32768, 8192) == pages
+
+
+def test_versions_before_026_keep_one_batch_in_flight_for_windows():
     old = rules_for((0, 19, 0), dtype_bytes=2)
-    assert (old.group_ratio, old.extra_in_flight_batches, old.mamba_align) == (1.25, 0, False)
     kv = layout(GPT_OSS_20B, rules=old)
     assert kv.request_pages(131072, 8192) == 8192 + cdiv(127 + 8192, 16) + 1
-    assert layout(QWEN3_NEXT, rules=old).request_pages(32768, 8192) == 3 + cdiv(32768, 544)
 
 
 def test_mla_at_tp8_pp2_keeps_the_whole_latent_on_each_rank():
@@ -276,6 +346,11 @@ def test_033_checks_one_request_against_the_blocks_left_after_the_null_block():
         (
             "0.19.0",
             "To serve at least one request with the models's max seq len (131072)",
+            "details.",
+        ),
+        (
+            "0.12.0",
+            "To serve at least one request with the models's max seq len (131072)",
             "engine.",
         ),
     ],
@@ -286,3 +361,84 @@ def test_too_long_in_the_words_of_each_version(version, starts, ends):
     p = make_plan(spec, parse_gpus("1x24GiB"), req).plans[0]
     assert not p.fits
     assert p.reasons[0].startswith(starts) and p.reasons[0].endswith(ends)
+
+
+@pytest.mark.parametrize(
+    ("version", "ends"),
+    [
+        ((0, 11, 0), "when initializing the engine."),
+        ((0, 13, 0), "engine. See https://docs.vllm.ai/en/latest/configuration/conserving_memory/"),
+        ((0, 22, 0), "(this flag also controls CPU memory reservation on the CPU backend, despite"),
+    ],
+)
+def test_no_kv_memory_in_the_words_of_each_version(version, ends):
+    from deployments.planning.memory.layout import no_kv_memory
+
+    text = no_kv_memory(version)
+    assert text.startswith("No available memory for the cache blocks.")
+    assert ends in text
+
+
+@pytest.mark.parametrize(
+    ("version", "block", "state_pages"),
+    [("0.19.0", 784, 3 * 1), ("0.26.0", 784, 3 * 2), ("0.33.0", 832, 3 * 3)],
+)
+def test_hybrid_concurrency_is_what_vllm_logs(version, block, state_pages):
+    """Qwen3.5-27B at 32k on one 96 GiB GPU: 16 attention and 48 Gated DeltaNet layers in four
+    groups of 16. vLLM's "Maximum concurrency" is blocks over the pages one request claims in
+    all four groups; before 0.21 the "GPU KV cache size" it prints is blocks // 4 × block, so
+    the concurrency is not that figure over the length."""
+    req = PlanRequest(tensor_parallel_size=1, max_model_len=32768, vllm_version=version)
+    p = make_plan(spec_of(QWEN35_27B), parse_gpus("1x96GiB"), req).plans[0]
+    blocks = p.per_gpu[0].kv_cache_bytes // (16 * block * 4 * 256 * 2 * 2)
+    pages = state_pages + cdiv(32768, block)
+    assert p.max_concurrency == pytest.approx(blocks / pages, abs=0.01)
+    if version == "0.19.0":
+        assert p.kv_cache_tokens == blocks // 4 * block
+    else:
+        assert p.kv_cache_tokens == int(blocks / pages * 32768)
+
+
+@pytest.mark.parametrize(
+    ("version", "block", "pages"),
+    [
+        # no prefix caching: one state per Mamba group, the smallest 16-multiple block
+        ((0, 25, 0), 16 * cdiv(2_134_016, 16 * 1024), 4 * 1 + cdiv(32768, 2096)),
+        # "all" (nemotron_h declares SupportsMambaPrefixCaching): blocks of whole 128-token
+        # chunks, and a state in every block of the request in each Mamba group
+        ((0, 27, 0), 128 * cdiv(cdiv(2_134_016, 1024), 128), 5 * cdiv(32768, 2176)),
+        # "align" only: the running and the previous state
+        ((0, 28, 0), 2096, 4 * 2 + cdiv(32768, 2096)),
+        ((0, 33, 0), 2096, 4 * 3 + cdiv(32768, 2096)),
+    ],
+)
+def test_nemotron_nano_mamba_cache_mode_of_each_version(version, block, pages):
+    rules = rules_for(version, dtype_bytes=2, model_type="nemotron_h")
+    kv = layout(NEMOTRON_NANO, rules=rules)
+    assert kv.block_size == block
+    assert kv.request_pages(32768, 8192) == pages
+
+
+def test_gated_deltanet_stays_in_align_mode_where_mamba_hybrids_use_all():
+    rules = rules_for((0, 27, 0), dtype_bytes=2, model_type="qwen3_next")
+    assert not rules.mamba_all
+    assert layout(QWEN3_NEXT, rules=rules).request_pages(32768, 8192) == 3 * 2 + cdiv(32768, 544)
+
+
+@pytest.mark.parametrize(
+    ("version", "state_bytes"),
+    [
+        ((0, 12, 0), 15_360 + 32 * 64 * 256 * 2),  # no config hook: the model dtype (bf16)
+        ((0, 19, 0), 15_360 + 32 * 64 * 256 * 2),  # NemotronHForCausalLMConfig: "float16"
+        ((0, 20, 0), 15_360 + 32 * 64 * 256 * 4),  # … "float32" from 0.20
+        ((0, 33, 0), 15_360 + 32 * 64 * 256 * 4),
+    ],
+)
+def test_nemotron_h_ssm_state_dtype_of_each_version(version, state_bytes):
+    """Nemotron-H-56B at TP 8 names no mamba_ssm_cache_dtype; Nemotron-3-Nano names float32,
+    which every version keeps."""
+    rules = rules_for(version, dtype_bytes=2)
+    state = spec_of(NEMOTRON_H).layer_plan.state
+    assert state.bytes_per_sequence(8, 2, default_ssm_bytes=rules.default_ssm_bytes) == state_bytes
+    nano = spec_of(NEMOTRON_NANO).layer_plan.state
+    assert nano.bytes_per_sequence(1, 2, default_ssm_bytes=rules.default_ssm_bytes) == 2_134_016
