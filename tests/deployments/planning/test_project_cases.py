@@ -35,13 +35,13 @@ def test_project_case(row):
     from bench.planner_accuracy import predict
 
     assert row["source"], "every project case names where it was written down"
-    plan = predict(row, CASES / "models")
-    fits = bool(plan and plan["fits"])
+    best = predict(row, CASES / "models")
+    fits = bool(best and best["fits"])
     if row["expect_status"] == "ok":
         assert fits
     else:
-        assert not fits or (plan["tight"] and plan["tight_reasons"])
+        assert not fits or (best["tight"] and best["tight_reasons"])
     if fits and row["weights_gib"]:
-        gpu = plan["per_gpu"][0]
+        gpu = best["per_gpu"][0]
         assert gpu["weights_bytes"] / 2**30 == pytest.approx(float(row["weights_gib"]), rel=0.01)
-        assert plan["kv_cache_tokens"] == pytest.approx(int(row["kv_tokens"]), rel=0.01)
+        assert best["kv_cache_tokens"] == pytest.approx(int(row["kv_tokens"]), rel=0.01)
