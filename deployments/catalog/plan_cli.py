@@ -78,7 +78,10 @@ def run_plan(options: Mapping[str, Any]) -> str:
     except (planning.PlanningError, ModelFilesError) as exc:
         raise PlanCliError(one_line(str(exc))) from None
     if options.get("json"):
-        return json.dumps(planning.result_to_json(result), indent=2)
+        out = planning.result_to_json(result)
+        for entry, p in zip(out["plans"], result.plans, strict=True):
+            entry["command"] = list(planned_argv(p, request))
+        return json.dumps(out, indent=2)
     first = result.plans[0] if result.plans else None
     notes = planning.layer_notes(spec, tp=first.tensor_parallel_size) if first else ()
     return render(result, inventory, request, notes=notes)
@@ -213,10 +216,14 @@ def _plan_block(p: planning.Plan, request: planning.PlanRequest) -> list[str]:
     lines += [f"tight: {r}" for r in p.tight_reasons]
     if len(p.gpus) > 1:
         lines.append("replicas on: " + replica_hosts(p.gpus))
-    argv = snapshot.planned_command(
+    return [*lines, "command: " + " ".join(planned_argv(p, request))]
+
+
+def planned_argv(p: planning.Plan, request: planning.PlanRequest) -> tuple[str, ...]:
+    """The plan's ``vllm serve`` line, from the vLLM adapter's one renderer."""
+    return snapshot.planned_command(
         snapshot.from_plan(p), "vllm", model=request.model or "MODEL", revision=request.revision
     )
-    return [*lines, "command: " + " ".join(argv)]
 
 
 def replica_hosts(gpus: tuple[tuple[planning.GpuRef, ...], ...], shown: int = 8) -> str:

@@ -8,16 +8,16 @@ rendered command back.
 
 Version 1 is the untyped dict rows carried until version 2 (`planning.plan_details` plus
 `model_ref`, `request` and the flags `retired`/`multi_host`, now the columns `retired` and
-`spans_hosts`): `from_json` reads it, so rows written before still load. Its engine settings existed only inside the
-planner's `vllm serve` argv (`command`); `_engine_from_argv` reads them from there, and that is
-also how a new launch takes the settings the planner resolved (the planner publishes them in
-no other field yet). Pure: no Django, so adapters and tests use it without a database.
+`spans_hosts`): `from_json` reads it, so rows written before still load. Its engine settings
+existed only inside the `vllm serve` argv the planner rendered then (`command`):
+`_engine_from_argv` reads them from there, for those old rows alone. A new plan's settings come
+typed (`Plan.engine_settings`). Pure: no Django, so adapters and tests use it without a database.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from deployments import planning
@@ -185,9 +185,17 @@ class PlanSnapshot:
 def from_plan(
     p: planning.Plan, *, model_ref: str = "", request: Mapping[str, Any] | None = None
 ) -> PlanSnapshot:
-    """The snapshot of a plan the planner just made."""
+    """The snapshot of a plan the planner just made: its engine settings as it resolved them."""
     details = planning.plan_details(p)
-    return _from_v1({**details, "model_ref": model_ref, "request": dict(request or {})})
+    engine = EngineArgs(
+        tensor_parallel_size=p.tensor_parallel_size,
+        pipeline_parallel_size=p.pipeline_parallel_size,
+        max_model_len=p.max_model_len,
+        spans_hosts=p.multi_host,
+        **asdict(p.engine_settings),
+    )
+    common = _common({**details, "model_ref": model_ref, "request": dict(request or {})})
+    return PlanSnapshot(engine_args=engine, **common)
 
 
 def planned_command(

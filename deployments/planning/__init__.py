@@ -8,7 +8,7 @@ values in. The entry points, each documented where it is defined:
 - ``ModelSpec.from_config`` (with a ``SafetensorsSummary``): a config.json dict → ``ModelSpec``.
 - ``Inventory`` of ``Host``s and their ``Gpu``s, or ``parse_gpus("4x80GiB@nvlink")``.
 - ``plan(spec, inventory, PlanRequest(...))`` → ``PlanResult``: ``Plan``s, best first, each with
-  its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and exact ``vllm serve`` command.
+  its ``GpuMemory`` per GPU, KV-cache tokens, concurrency and the engine settings it relies on.
   ``PlanRequest.replicas`` asks for N replicas (None: as many as fit), placed ``spread`` over
   hosts or ``packed``; a plan that fits only within the planner's error band is ``tight``, with
   its ``tight_reasons`` (search/margin.py).

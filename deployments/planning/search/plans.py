@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from deployments.planning.memory.layout import GpuMemory
 
+from .engine_settings import EngineSettings
+
 
 @dataclass(frozen=True, slots=True)
 class GpuRef:
@@ -17,7 +19,8 @@ class GpuRef:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """One layout: fit verdict, per-GPU memory of a replica, GPUs of every replica, command."""
+    """One layout: fit verdict, per-GPU memory of a replica, GPUs of every replica, the engine
+    settings it relies on."""
 
     tensor_parallel_size: int
     pipeline_parallel_size: int
@@ -28,7 +31,7 @@ class Plan:
     per_gpu: tuple[GpuMemory, ...]
     kv_cache_tokens: int
     max_concurrency: float
-    command: tuple[str, ...]
+    engine_settings: EngineSettings
     gpus: tuple[tuple[GpuRef, ...], ...]  # per replica, in rank order
     max_model_len: int
     multi_host: bool = False

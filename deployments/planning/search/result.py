@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from deployments.planning.memory.layout import GpuMemory
@@ -26,7 +27,7 @@ PLAN_KEYS = (
     "per_gpu",
     "kv_cache_tokens",
     "max_concurrency",
-    "command",
+    "engine_settings",
     # added to the contract: GPUs of each replica, asked replicas, fits within the margin only
     "gpus",
     "replicas_asked",
@@ -52,7 +53,7 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "per_gpu": [gpu_to_json(m) for m in p.per_gpu],
         "kv_cache_tokens": p.kv_cache_tokens,
         "max_concurrency": p.max_concurrency,
-        "command": list(p.command),
+        "engine_settings": asdict(p.engine_settings),
         "gpus": [[{"host": g.host, "index": g.index} for g in r] for r in p.gpus],
         "replicas_asked": p.replicas_asked,
         "tight": p.tight,

@@ -23,7 +23,7 @@ from deployments.planning.memory.weights import Shard, rank_weights_bytes
 from deployments.planning.model.spec import ModelSpec
 
 from . import choice, replica_choice, sharing
-from .argv import serve_argv
+from .engine_settings import engine_settings
 from .plans import GpuRef, Plan, PlanResult
 from .request import PlanRequest, resolve
 
@@ -269,7 +269,6 @@ def _finish(
     first = placed[0]
     multi = first.multi_host
     tp, pp = layout.tensor_parallel_size, layout.pipeline_parallel_size
-    command = serve_argv(req, s, tp=tp, pp=pp, max_model_len=layout.max_model_len, multi_host=multi)
     count = len(placed) if layout.fits else 0
     return Plan(
         tensor_parallel_size=tp,
@@ -281,7 +280,7 @@ def _finish(
         per_gpu=layout.per_gpu,
         kv_cache_tokens=layout.kv_cache_tokens,
         max_concurrency=round(layout.max_concurrency, 2),
-        command=command,
+        engine_settings=engine_settings(req, s),
         gpus=tuple(tuple(GpuRef(h, g.index) for h, g in r.gpus) for r in placed[: max(count, 1)]),
         max_model_len=layout.max_model_len,
         multi_host=multi,
@@ -329,7 +328,6 @@ def _unplaced(
     layout = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=[total] * (tp * pp))
     shared = sharing.unplaced_reason(inv, usable, s.gpu_memory_utilization)
     reasons = (*((shared,) if shared else ()), why, *layout.reasons)
-    command = serve_argv(req, s, tp=tp, pp=pp, max_model_len=layout.max_model_len, multi_host=False)
     return Plan(
         tp,
         pp,
@@ -340,7 +338,7 @@ def _unplaced(
         layout.per_gpu,
         layout.kv_cache_tokens,
         round(layout.max_concurrency, 2),
-        command,
+        engine_settings(req, s),
         (),
         layout.max_model_len,
         requested_max_model_len=layout.requested_max_model_len,

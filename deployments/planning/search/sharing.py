@@ -176,12 +176,9 @@ def unplaced_reason(inv: Inventory, usable: dict[str, list[Gpu]], gmu: float) ->
     )
 
 
-def utilization(p: Plan) -> float | None:
-    """The ``--gpu-memory-utilization`` of the plan's command."""
-    argv = list(p.command)
-    if "--gpu-memory-utilization" not in argv:
-        return None
-    return float(argv[argv.index("--gpu-memory-utilization") + 1])
+def utilization(p: Plan) -> float:
+    """The share of each GPU the plan's engine claims (``--gpu-memory-utilization``)."""
+    return p.engine_settings.gpu_memory_utilization
 
 
 def share_lines(p: Plan, inv: Inventory, req: PlanRequest) -> tuple[str, ...]:
@@ -202,9 +199,9 @@ def share_lines(p: Plan, inv: Inventory, req: PlanRequest) -> tuple[str, ...]:
 
 
 def _sizing_line(p: Plan, req: PlanRequest) -> str:
-    gmu = utilization(p)
-    if gmu is None or req.concurrency is None:
+    if req.concurrency is None:
         return ""
+    gmu = utilization(p)
     load = f"{req.concurrency:,} request{'s' if req.concurrency != 1 else ''} of {p.max_model_len:,} tokens"
     if p.max_concurrency >= req.concurrency:
         return (

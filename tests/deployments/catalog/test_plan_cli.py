@@ -26,6 +26,7 @@ PLAN_KEYS = {
     "kv_cache_tokens",
     "max_concurrency",
     "command",
+    "engine_settings",
     "gpus",
     "replicas_asked",
     "tight",

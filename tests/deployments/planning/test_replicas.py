@@ -123,9 +123,9 @@ def test_replicas_on_other_gpus_are_judged_with_the_first_ones_max_num_seqs():
     # leaves no KV cache.
     inv = parse_gpus("1x1x80GiB,1x1x19GiB", host="h")
     alone = plan(LONG_8B, parse_gpus("1x19GiB"), PlanRequest(max_model_len=8192)).plans[0]
-    assert alone.fits and "--max-num-seqs 256" in " ".join(alone.command)
+    assert alone.fits and alone.engine_settings.max_num_seqs == 256
     two = plan(LONG_8B, inv, PlanRequest(max_model_len=8192, replicas=2)).plans[0]
-    assert "--max-num-seqs 1024" in " ".join(two.command)
+    assert two.engine_settings.max_num_seqs == 1024
     assert two.reasons[0].startswith(
         "replica 2 of 2: the GPUs left (1 × GPU 19GiB on h-2, …) cannot hold it: No available "
         "memory for the cache blocks."

@@ -12,6 +12,7 @@ from deployments.planning import (
     parse_gpus,
     plan,
 )
+from deployments.planning.search.engine_settings import EngineSettings
 from tests.support.planning import LLAMA_8B, LLAMA_70B
 
 GIB = 2**30
@@ -100,29 +101,12 @@ def test_pp_across_hosts_uses_ray():
     req = PlanRequest(model="m", pipeline_parallel_size=2, max_model_len=2048)
     first = plan(ModelSpec.from_config(LLAMA_8B), inv, req).plans[0]
     assert first.pipeline_parallel_size == 2 and first.multi_host
-    assert first.command[-2:] == ("--distributed-executor-backend", "ray")
     assert any("Ray" in w for w in first.warnings)
 
 
-def test_command_argv():
+def test_engine_settings_resolved_and_asked():
     req = PlanRequest(model="org/m", kv_cache_dtype="fp8", max_model_len=4096, dtype="bfloat16")
     best = plan(ModelSpec.from_config(LLAMA_8B), parse_gpus("1x80GiB"), req).plans[0]
-    assert best.command == (
-        "vllm",
-        "serve",
-        "org/m",
-        "--tensor-parallel-size",
-        "1",
-        "--pipeline-parallel-size",
-        "1",
-        "--gpu-memory-utilization",
-        "0.92",
-        "--max-model-len",
-        "4096",
-        "--max-num-seqs",
-        "1024",
-        "--dtype",
-        "bfloat16",
-        "--kv-cache-dtype",
-        "fp8",
+    assert best.engine_settings == EngineSettings(
+        gpu_memory_utilization=0.92, max_num_seqs=1024, dtype="bfloat16", kv_cache_dtype="fp8"
     )

@@ -1,4 +1,5 @@
-"""Golden `vllm serve` commands of plans: a Hub revision is pinned with --revision."""
+"""Golden `vllm serve` commands of plans, rendered by the vLLM adapter from the plan's snapshot:
+a Hub revision is pinned with --revision."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import pytest
 
 from deployments import planning
+from deployments.catalog import plan_cli
 from tests.support.hubstub.repos import FIXTURES
 
 CONFIGS = FIXTURES / "configs"
@@ -29,15 +31,16 @@ def qwen_spec() -> planning.ModelSpec:
         ),
         (
             "a09a35458c702b33eeacc393d103063234e8bc28",
-            "vllm serve Qwen/Qwen2.5-7B-Instruct --revision "
-            "a09a35458c702b33eeacc393d103063234e8bc28 --tensor-parallel-size 1 "
-            "--pipeline-parallel-size 1 --gpu-memory-utilization 0.92 --max-model-len 8192 "
+            "vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 1 "
+            "--pipeline-parallel-size 1 --revision a09a35458c702b33eeacc393d103063234e8bc28 "
+            "--gpu-memory-utilization 0.92 --max-model-len 8192 "
             "--max-num-seqs 1024",
         ),
         (
             "v1.1",
-            "vllm serve Qwen/Qwen2.5-7B-Instruct --revision v1.1 --tensor-parallel-size 1 "
-            "--pipeline-parallel-size 1 --gpu-memory-utilization 0.92 --max-model-len 8192 "
+            "vllm serve Qwen/Qwen2.5-7B-Instruct --tensor-parallel-size 1 "
+            "--pipeline-parallel-size 1 --revision v1.1 --gpu-memory-utilization 0.92 "
+            "--max-model-len 8192 "
             "--max-num-seqs 1024",
         ),
     ],
@@ -48,4 +51,4 @@ def test_golden_serve_command(revision: str, expected: str) -> None:
     )
     result = planning.plan(qwen_spec(), planning.parse_gpus("1x80GiB"), request)
     assert result.best is not None
-    assert " ".join(result.best.command) == expected
+    assert " ".join(plan_cli.planned_argv(result.best, request)) == expected
