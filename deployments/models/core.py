@@ -73,7 +73,8 @@ class Deployment(models.Model):
     engine = models.CharField(max_length=20, choices=Engine.choices)
     host = models.ForeignKey(Host, on_delete=models.PROTECT, related_name="deployments")
     plan = models.JSONField(default=dict, help_text="the PlanSnapshot's JSON (snapshot.py)")
-    # Queried, so columns, not plan keys: raywatch filters on spans_hosts, group() on retired.
+    # Queried, so columns, not plan keys: the Ray node watch filters on spans_hosts, group() on
+    # retired.
     spans_hosts = models.BooleanField(
         default=False, help_text="one replica over several hosts on a Ray cluster of its own"
     )

@@ -15,7 +15,7 @@ from django.utils import timezone
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.host.ray import cluster
-from deployments.host.watchdog import raynodes as raywatch
+from deployments.host.watchdog import raynodes
 from deployments.lifecycle.forms import LaunchForm
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
@@ -86,14 +86,14 @@ def test_refusals_say_what_to_change(hosts, operator, overrides, says) -> None:
 def test_a_worker_host_gone_offline_breaks_the_cluster(hosts, operator, settings) -> None:
     d = launch(operator)
     RayNode.objects.filter(deployment=d).update(state="running")
-    assert raywatch.problem(d) is None
+    assert raynodes.problem(d) is None
     stale = timezone.now() - timedelta(seconds=settings.HEARTBEAT_STALE_S + 1)
     Host.objects.filter(name="span-b").update(last_heartbeat=stale)
-    assert "Host span-b stopped answering" in (raywatch.problem(d) or "")
+    assert "Host span-b stopped answering" in (raynodes.problem(d) or "")
     RayNode.objects.filter(deployment=d, host__name="span-b").update(
         state="exited", reason="The Ray node on span-b exited (exit code 1)"
     )
-    assert raywatch.problem(d) == "The Ray node on span-b exited (exit code 1)"
+    assert raynodes.problem(d) == "The Ray node on span-b exited (exit code 1)"
 
 
 def test_the_launch_form_takes_further_hosts(hosts) -> None:
