@@ -17,7 +17,7 @@ class HostQuerySet(models.QuerySet["Host"]):
 
 class Host(models.Model):
     """A GPU machine, one row per host worker name. Written by that host's worker
-    (``monitoring.services``: registration, heartbeats, offline on shutdown); an admin may
+    (``monitoring.host.registration``: registration, heartbeats, offline on shutdown); an admin may
     retire it (``controlpanel.hosts``)."""
 
     name = models.CharField(max_length=100, unique=True)
@@ -51,7 +51,7 @@ class Host(models.Model):
 
 class Gpu(models.Model):
     """One GPU of a host, as its worker's GPU backend reports it at registration
-    (``monitoring.services.host_register``); a GPU no longer reported stays, not present.
+    (``monitoring.host.registration.host_register``); a GPU no longer reported stays, not present.
     Live figures are not here: they are samples in Redis (``monitoring.history``)."""
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")

@@ -31,9 +31,10 @@ from redis.typing import EncodableT, FieldT
 
 from controlpanel import redisconn
 from controlpanel.celery import host_queue
-from monitoring import live, selectors, services
+from monitoring import live, selectors
 from monitoring.gpus import GpuBackend, HostSample, get_backend
 from monitoring.history import owners_key
+from monitoring.host import registration
 from monitoring.host.history_writer import HistoryWriter
 from monitoring.host.sampler import Sampler, Sink, fan_out
 from monitoring.payloads import live_message
@@ -77,7 +78,7 @@ def backend_note(backend: GpuBackend) -> str:
 
 
 def register(host: str, backend: GpuBackend) -> None:
-    services.host_register(
+    registration.host_register(
         name=host,
         queue=host_queue(host),
         address=socket.gethostname(),
@@ -128,7 +129,7 @@ class HostAgent:
         if self.thread is not None:
             self.thread.join(5)
         try:
-            services.host_mark_offline(name=self.host)
+            registration.host_mark_offline(name=self.host)
         except DatabaseError:
             log.exception("host %s: could not mark offline on shutdown", self.host)
 
@@ -140,7 +141,7 @@ class HostAgent:
         """One heartbeat; a database or Redis failure is logged and retried next time."""
         close_old_connections()
         try:
-            if not self.registered or not services.host_heartbeat(name=self.host):
+            if not self.registered or not registration.host_heartbeat(name=self.host):
                 register(self.host, self.backend)
                 self.registered = True
             self.pgid_owners = engine_pgids()(self.host)

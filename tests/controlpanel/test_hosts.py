@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from controlpanel.models import AuditEvent
 from deployments.models import Deployment
+from monitoring.host.registration import host_heartbeat
 from monitoring.models import Host
-from monitoring.services import host_heartbeat
 
 
 def make_host(name: str, *, online: bool) -> Host:

@@ -1,4 +1,4 @@
-"""Write paths of the monitoring app: host registration and heartbeats (host worker side)."""
+"""The host worker's writes of its own rows: registration, heartbeats, offline on shutdown."""
 
 from __future__ import annotations
 
