@@ -136,7 +136,8 @@ def _random_tensors(writer: Any, shape: LlamaShape, quant: str, rng: Any) -> Non
     kv = shape.kv_heads * head_dim
 
     def mat(rows: int, cols: int) -> NDArray[np.float32]:
-        return rng.standard_normal((rows, cols), dtype=np.float32) * 0.05
+        values: NDArray[np.float32] = rng.standard_normal((rows, cols), dtype=np.float32)
+        return values * np.float32(0.05)
 
     _add_tensor(writer, "token_embd.weight", mat(shape.vocab, shape.hidden), quant)
     for i in range(shape.layers):

@@ -137,7 +137,9 @@ def layer_devices(
 def compute_bytes(spec: GgufSpec, settings: LlamaCppSettings, cells: int) -> int:
     """The compute buffer one device reserves for a -ub batch (an estimate; see the module)."""
     ub = min(settings.ubatch, cells)
-    per_token = COMPUTE_PER_EMBD * spec.embedding_length + COMPUTE_PER_FFN * spec.feed_forward_length
+    per_token = (
+        COMPUTE_PER_EMBD * spec.embedding_length + COMPUTE_PER_FFN * spec.feed_forward_length
+    )
     kq = 0 if settings.flash_attn else cells * ub * (spec.head_count + 1) * 4
     return ub * per_token * 4 // 4 + kq
 
