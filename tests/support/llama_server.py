@@ -89,7 +89,7 @@ def llama_server(
         "-t", "1", "--no-ui", "--offline", "-lv", "4", *args,
     ]  # fmt: skip
     with log_path.open("wb") as log:
-        process = subprocess.Popen(  # noqa: S603 - our own argv
+        process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     started = Started(f"http://127.0.0.1:{port}", process, log_path)
@@ -116,7 +116,7 @@ def run_until_exit(
     binary: Path, model: Path, args: Sequence[str], *, timeout_s: float = 60
 ) -> tuple[int, str]:
     """A start that is expected to fail: its exit status and output."""
-    done = subprocess.run(  # noqa: S603 - our own argv
+    done = subprocess.run(
         [str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(free_port()),
          "-t", "1", "--no-ui", "--offline", "-lv", "4", *args],
         capture_output=True, timeout=timeout_s, check=False,
