@@ -19,7 +19,7 @@ from deployments.catalog.gguf_read import (
     split_parts,
 )
 from deployments.catalog.hub.client import HubClient
-from deployments.planning.model.gguf import GgufSpec
+from deployments.planning import GgufSpec
 
 FIRST_READ_BYTES = 1 << 20  # most headers are smaller; a 150k-token vocabulary is a few MiB
 MAX_HEADER_BYTES = 64 << 20

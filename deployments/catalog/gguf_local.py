@@ -14,7 +14,7 @@ from pathlib import Path
 from deployments.catalog import local
 from deployments.catalog.gguf_read import GgufReadError, local_gguf_spec, quant_from_name
 from deployments.catalog.gguf_read import split_parts as split_of
-from deployments.planning.model.gguf import GgufSpec
+from deployments.planning import GgufSpec
 
 _NOT_MODELS = ("mmproj", "imatrix")
 

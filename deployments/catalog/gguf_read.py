@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deployments.planning import ModelSpecError
-from deployments.planning.model.gguf import GgufSpec, GgufTensor, gguf_spec
+from deployments.planning import GgufSpec, GgufTensor, ModelSpecError, gguf_spec
 
 GGUF_MAGIC = b"GGUF"
 # "…-00001-of-00003.gguf": llama.cpp's gguf-split names; llama-server is given the first part.
