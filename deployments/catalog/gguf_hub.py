@@ -8,8 +8,13 @@ of the header's first megabytes, never from the weights.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from urllib.parse import quote
+
+from huggingface_hub import HfApi
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
 from deployments.catalog.gguf_read import (
     GgufHeader,
@@ -18,7 +23,7 @@ from deployments.catalog.gguf_read import (
     spec_from_headers,
     split_parts,
 )
-from deployments.catalog.hub.client import HubClient
+from deployments.catalog.hub.errors import translate
 from deployments.planning import GgufSpec
 
 FIRST_READ_BYTES = 1 << 20  # most headers are smaller; a 150k-token vocabulary is a few MiB
@@ -63,11 +68,75 @@ def gguf_choices(files: Iterable[tuple[str, int | None]]) -> tuple[GgufChoice, .
     return tuple(sorted(choices, key=lambda c: (c.size_bytes, c.first)))
 
 
-def read_header(client: HubClient, repo_id: str, filename: str, revision: str) -> GgufHeader:
+@dataclass(frozen=True, slots=True)
+class GgufHub:
+    """The Hub's GGUF files: listed with sizes, and read by range. One attempt per request, a
+    timeout, errors as ``HubError``s, like ``HubClient``."""
+
+    endpoint: str
+    token: str | None = None
+    timeout_s: float = 10.0
+
+    @contextmanager
+    def _errors(self, repo_id: str, revision: str, filename: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            error = translate(
+                exc,
+                repo_id=repo_id,
+                revision=revision,
+                endpoint=self.endpoint,
+                token_sent=self.token is not None,
+                filename=filename,
+            )
+            if error is None:
+                raise
+            raise error from exc
+
+    def files(self, repo_id: str, revision: str = "main") -> list[tuple[str, int | None]]:
+        """(path, size) of every file of the repo at ``revision``."""
+        api = HfApi(endpoint=self.endpoint, token=False, library_name="shardboard")
+        with self._errors(repo_id, revision):
+            info = api.model_info(
+                repo_id,
+                revision=revision,
+                files_metadata=True,
+                timeout=self.timeout_s,
+                token=self.token or False,
+            )
+        return [(s.rfilename, s.size) for s in info.siblings or []]
+
+    def read_range(
+        self, repo_id: str, filename: str, revision: str, *, end: int
+    ) -> tuple[bytes, int]:
+        """Bytes 0..end of a file and the file's full size; never the rest of it."""
+        url = f"{self.endpoint}/{repo_id}/resolve/{quote(revision, safe='')}/{filename}"
+        headers = build_hf_headers(token=self.token or False, library_name="shardboard")
+        headers["Range"] = f"bytes=0-{end}"
+        body = bytearray()
+        with (
+            self._errors(repo_id, revision, filename),
+            get_session().stream("GET", url, headers=headers, timeout=self.timeout_s) as response,
+        ):
+            if response.status_code >= 400:
+                response.read()
+            hf_raise_for_status(response)
+            # A server that ignored Range would send the whole file: stop reading at `end`.
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > end:
+                    break
+            total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            size = int(total) if total.isdigit() else int(response.headers.get("Content-Length", 0))
+        return bytes(body[: end + 1]), size
+
+
+def read_header(hub: GgufHub, repo_id: str, filename: str, revision: str) -> GgufHeader:
     """A file's header from ranged reads: 1 MiB first, then as much as that header says."""
     want = FIRST_READ_BYTES
     while True:
-        prefix, total = client.read_range(repo_id, filename, revision, end=want - 1)
+        prefix, total = hub.read_range(repo_id, filename, revision, end=want - 1)
         header = header_from_prefix(prefix, total)
         if header is not None:
             return header
@@ -77,9 +146,9 @@ def read_header(client: HubClient, repo_id: str, filename: str, revision: str) -
 
 
 def hub_gguf_spec(
-    client: HubClient, repo_id: str, choice: GgufChoice, revision: str = "main"
+    hub: GgufHub, repo_id: str, choice: GgufChoice, revision: str = "main"
 ) -> GgufSpec:
     """The planner's spec of one quantization, from the header of each of its files."""
-    headers = [read_header(client, repo_id, path, revision) for path in choice.files]
+    headers = [read_header(hub, repo_id, path, revision) for path in choice.files]
     name = f"{repo_id.rsplit('/', 1)[-1]}:{choice.quant or choice.first}"
     return spec_from_headers(headers, name=name)

@@ -185,30 +185,6 @@ class HubClient:
             logger.info("Hub unavailable: serving stored config.json of %s@%s", repo_id, stale)
             return stored
 
-    def read_range(
-        self, repo_id: str, filename: str, revision: str, *, end: int, token: str | None = None
-    ) -> tuple[bytes, int]:
-        """Bytes 0..end of a file (a GGUF header) and the file's full size; never the rest."""
-        tok = self._tok(token)
-        url = f"{self.endpoint}/{repo_id}/resolve/{_quote(revision)}/{filename}"
-        headers = self._headers(tok) | {"Range": f"bytes=0-{end}"}
-        body = bytearray()
-        with (
-            self._hub_errors(token=tok, repo_id=repo_id, revision=revision, filename=filename),
-            get_session().stream("GET", url, headers=headers, timeout=self._timeout_s) as response,
-        ):
-            if response.status_code >= 400:
-                response.read()
-            hf_raise_for_status(response)
-            # A server that ignores Range would send the whole file: stop reading at `end`.
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > end:
-                    break
-            total = response.headers.get("Content-Range", "").rpartition("/")[2]
-            size = int(total) if total.isdigit() else int(response.headers.get("Content-Length", 0))
-        return bytes(body[: end + 1]), size
-
     # -- cache ------------------------------------------------------------------------------
 
     def _tok(self, token: str | None) -> str | None:

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 from huggingface_hub import HfApi
 
-from deployments.catalog.gguf_hub import gguf_choices, hub_gguf_spec
+from deployments.catalog.gguf_hub import GgufHub, gguf_choices, hub_gguf_spec
 from deployments.catalog.gguf_local import list_local_gguf, local_spec, resolve_local_gguf
 from deployments.catalog.gguf_read import local_gguf_spec, read_header
+from deployments.catalog.gguf_sources import resolve_gguf
 from deployments.catalog.gguf_write import LlamaShape, convert_demo, write_random_llama
-from deployments.catalog.hub import HubClient
 from deployments.catalog.local import LocalModelError
+from deployments.catalog.sources import ModelSourceError
 from tests.support.gguf_models import BigLlama, big_llama_header, gguf_repo
 from tests.support.hubstub.server import HubStub
 
@@ -103,7 +104,7 @@ def test_a_hub_gguf_repo_lists_one_choice_per_quantization(gguf_hub: HubStub):
 
 
 def test_a_hub_gguf_spec_comes_from_ranged_reads_of_the_header_only(gguf_hub: HubStub):
-    client = HubClient(endpoint=gguf_hub.url)
+    client = GgufHub(gguf_hub.url)
     info = HfApi(endpoint=gguf_hub.url).model_info(REPO, files_metadata=True)
     choices = {c.first: c for c in gguf_choices((s.rfilename, s.size) for s in info.siblings or [])}
     gguf_hub.reset_requests()
@@ -116,3 +117,32 @@ def test_a_hub_gguf_spec_comes_from_ranged_reads_of_the_header_only(gguf_hub: Hu
     assert [r.range for r in reads] == ["bytes=0-1048575"]  # 1 MiB of a 42 GiB file
     split = hub_gguf_spec(client, REPO, choices["Q8_0/Big-Llama-Q8_0-00001-of-00002.gguf"])
     assert split.block_count == 40  # the parts' tensors together, the first part's metadata
+
+
+def test_a_gguf_reference_names_a_repo_and_a_quantization(gguf_hub: HubStub):
+    hub = GgufHub(gguf_hub.url)
+    source, spec = resolve_gguf(f"{REPO}:Q4_K_M", hub=hub)
+    assert source.engine_model == "Big-Llama-Q4_K_M.gguf" and not source.is_local
+    assert spec.block_count == 80
+    split, _ = resolve_gguf(f"{REPO}:Q8_0/Big-Llama-Q8_0-00001-of-00002.gguf", hub=hub)
+    assert split.files == (
+        "Q8_0/Big-Llama-Q8_0-00001-of-00002.gguf",
+        "Q8_0/Big-Llama-Q8_0-00002-of-00002.gguf",
+    )
+    with pytest.raises(ModelSourceError, match="several Q8_0 files"):
+        resolve_gguf(f"{REPO}:Q8_0", hub=hub)  # the demo file and the split model
+    with pytest.raises(ModelSourceError, match=r"no GGUF file 'Q2_K'.*Q4_K_M"):
+        resolve_gguf(f"{REPO}:Q2_K", hub=hub)
+    with pytest.raises(ModelSourceError, match="No model"):
+        resolve_gguf("sbtest/absent:Q4_K_M", hub=hub)
+
+
+def test_a_local_gguf_reference(tmp_path: Path, settings):
+    root = tmp_path / "models"
+    write_random_llama(root / "tiny" / "tiny-Q8_0.gguf", LlamaShape(layers=3))
+    settings.MODEL_ROOTS = [root]
+    source, spec = resolve_gguf("local:0/tiny/tiny-Q8_0.gguf")
+    assert source.is_local and source.engine_model == str(root / "tiny" / "tiny-Q8_0.gguf")
+    assert spec.block_count == 3
+    with pytest.raises(ModelSourceError):
+        resolve_gguf("local:0/../outside.gguf")
