@@ -47,6 +47,7 @@ class LlamaCppPlan:
     gpu_layers: int  # -ngl, out of block_count + 1
     tensor_split: tuple[float, ...]  # -ts
     split_mode: str
+    settings: LlamaCppSettings
     cpu: DeviceMemory
     devices: tuple[DeviceMemory, ...]  # one per GPU
     context_cells: int
@@ -55,11 +56,15 @@ class LlamaCppPlan:
     warnings: tuple[str, ...]
 
     def flags(self) -> tuple[str, ...]:
-        """The placement flags, every one explicit (``--fit off``: the plan decides)."""
-        ts = ",".join(_share(s) for s in self.tensor_split)
-        out = ["-ngl", str(self.gpu_layers), "-sm", self.split_mode]
+        """Every flag that sizes memory or places it, explicit (``--fit off``: the plan decides,
+        not llama.cpp's fit, which would otherwise shrink -c or move layers at start)."""
+        s = self.settings
+        out = ["-c", str(self.context_cells), "-np", str(s.slots), "--kv-unified"]
+        out += ["-ctk", s.cache_type_k, "-ctv", s.cache_type_v]
+        out += ["-fa", "on" if s.flash_attn else "off", "-ub", str(s.ubatch)]
+        out += ["-ngl", str(self.gpu_layers), "-sm", self.split_mode]
         if self.split_mode != "none" and len(self.gpus) > 1:
-            out += ["-ts", ts]
+            out += ["-ts", ",".join(_share(share) for share in self.tensor_split)]
         return (*out, "--fit", "off")
 
 
@@ -148,6 +153,7 @@ def _evaluate(
         gpu_layers=gpu_layers,
         tensor_split=split,
         split_mode=split_mode,
+        settings=settings,
         cpu=cpu,
         devices=devices,
         context_cells=context_cells(spec, settings),

@@ -200,3 +200,17 @@ def test_spec_from_header_sums_tensor_bytes_per_layer_and_duplicates_a_tied_outp
     assert spec.tied_output and spec.output_bytes == 256 + 26112
     assert spec.file_tensor_bytes == 26112 + 4608 + 4352 + 256
     assert spec.file_type == "Q8_0" and spec.vocab_size == 384
+
+
+def test_the_flags_state_every_placement_and_size():
+    inventory = one_machine(parse_gpus("1x24GiB@pcie,1x16GiB@pcie"))
+    settings = LlamaCppSettings(
+        context_tokens=8000, slots=4, cache_type_k="q8_0", cache_type_v="q8_0", ubatch=256
+    )
+    plan = plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))[0]
+    first, second = (f"{c:g}" for c in plan.tensor_split)
+    assert plan.flags() == (
+        "-c", "8192", "-np", "4", "--kv-unified", "-ctk", "q8_0", "-ctv", "q8_0",
+        "-fa", "on", "-ub", "256", "-ngl", "9", "-sm", "layer", "-ts", f"{first},{second}",
+        "--fit", "off",
+    )  # fmt: skip
