@@ -146,3 +146,18 @@ def test_a_local_gguf_reference(tmp_path: Path, settings):
     assert spec.block_count == 3
     with pytest.raises(ModelSourceError):
         resolve_gguf("local:0/../outside.gguf")
+
+
+def test_manage_demo_model_also_writes_the_gguf(tmp_path: Path, settings, tiny_model: Path):
+    import shutil
+
+    from django.core.management import call_command
+
+    from deployments.management.commands.demo_model import DEMO_GGUF, DEMO_MODEL_DIR
+
+    shutil.copytree(tiny_model, tmp_path / DEMO_MODEL_DIR)  # already generated: not again
+    settings.MODEL_ROOTS = [tmp_path]
+    call_command("demo_model")
+    [found] = list_local_gguf([tmp_path])
+    assert found.relative_path == DEMO_GGUF and found.quant == "Q8_0"
+    assert local_spec(0, found.relative_path, roots=[tmp_path]).vocab_size == 384
