@@ -6,6 +6,12 @@ case's flags, reads the per-buffer lines (model, KV, compute, output) and sets t
 figures beside them. Weights and KV must match to the printed 0.01 MiB; the compute buffer is
 an estimate and its error is reported.
 
+One exception, stated in the table: where llama.cpp repacks weights for the CPU (Q4_0, Q4_K,
+IQ4_NL on AVX2) it logs a CPU_REPACK buffer beside the CPU_Mapped one, and the mapped one is the
+file range from its first to its last tensor, which spans the repacked tensors too. The sum of
+the two lines then counts those bytes twice; the planner counts each tensor once (what a GPU
+holds), so a repacked case is compared on KV only.
+
     .venv/bin/python bench/gguf_accuracy.py            # the table
     .venv/bin/python bench/gguf_accuracy.py --record   # also rewrite the planner test cases
 """
@@ -32,11 +38,14 @@ from tests.support.llama_server import llama_server, server_binary  # noqa: E402
 MIB = 1 << 20
 CASES_FILE = ROOT / "tests" / "deployments" / "planning" / "fixtures" / "llamacpp_cases.json"
 MID = LlamaShape(
-    hidden=256, layers=4, heads=4, kv_heads=2, ffn=688, vocab_extra=32000 - 259, context=8192
+    hidden=256, layers=4, heads=4, kv_heads=2, ffn=704, vocab_extra=32000 - 259, context=8192
 )
 HD32 = LlamaShape(hidden=64, layers=2, heads=2, kv_heads=1, ffn=128, context=8192)
 WIDE = LlamaShape(
     hidden=512, layers=3, heads=8, kv_heads=8, ffn=1376, vocab_extra=1741, context=4096, tied=True
+)
+BIG = LlamaShape(
+    hidden=1024, layers=2, heads=16, kv_heads=4, ffn=2816, vocab_extra=3741, context=8192
 )
 DEEP = LlamaShape(
     hidden=128, layers=12, heads=4, kv_heads=1, ffn=352, vocab_extra=741, context=2048
@@ -58,6 +67,11 @@ CASES: list[tuple[str, str | LlamaShape, str, LlamaCppSettings]] = [
     ("wide f16 tied c2048 q4_0-kv", WIDE, "F16", LlamaCppSettings(2048, 1, "q4_0", "q4_0")),
     ("deep q8_0 c2048 np2", DEEP, "Q8_0", LlamaCppSettings(2048, 2)),
     ("deep q8_0 c2048 ub256 fa-off", DEEP, "Q8_0", LlamaCppSettings(2048, 2, flash_attn=False, ubatch=256)),
+    # Not among the start-ups the compute coefficients were fitted on (the 15 above):
+    ("held-out big q8_0 c8192", BIG, "Q8_0", LlamaCppSettings(8192, 2)),
+    ("held-out big f16 c4096 fa-off ub256", BIG, "F16", LlamaCppSettings(4096, 1, flash_attn=False, ubatch=256)),
+    ("held-out mid q8_0 c8192 np8 q8_0-kv", MID, "Q8_0", LlamaCppSettings(8192, 8, "q8_0", "q8_0")),
+    ("held-out deep f32 c3000 np3 fa-off", DEEP, "F32", LlamaCppSettings(3000, 3, flash_attn=False)),
 ]  # fmt: skip
 
 
@@ -97,7 +111,8 @@ def run_case(
     cpu = device_memory(spec, settings, gpu_layers=0, splits=[])[0]
     began = time.monotonic()
     with llama_server(binary, path, flags(settings), work) as server:
-        logged = measured(server.buffers())
+        buffers = server.buffers()
+    logged = measured(buffers)
     planned = {
         "model": round(cpu.weights_bytes / MIB, 2),
         "KV": round(cpu.kv_bytes / MIB, 2),
@@ -110,6 +125,7 @@ def run_case(
         "quant": quant,
         "settings": asdict(settings),
         "logged_mib": logged,
+        "repacked": ("CPU_REPACK", "model") in buffers,
         "planned_mib": planned,
         "start_s": round(time.monotonic() - began, 3),
     }
@@ -128,9 +144,17 @@ def main() -> int:
         for kind in ("model", "KV", "compute", "output"):
             got, want = row["logged_mib"].get(kind, 0.0), row["planned_mib"][kind]
             error = f"{(want - got) / got:+.1%}" if got else "-"
-            exact &= kind not in ("model", "KV") or got == want
-            print(f"{row['name']:34} {kind:8} {got:11.2f} {want:12.2f} {error:>8}")
-    print("weights and KV exact on every case" if exact else "MISMATCH in weights or KV")
+            held = kind == "KV" or (kind == "model" and not row["repacked"])
+            exact &= not held or got == want
+            note = (
+                " (CPU_REPACK: mapped span counts them twice)"
+                if kind == "model" and not held
+                else ""
+            )
+            print(f"{row['name']:34} {kind:8} {got:11.2f} {want:12.2f} {error:>8}{note}")
+    print(
+        "weights and KV exact on every case held to them" if exact else "MISMATCH in weights or KV"
+    )
     if "--record" in sys.argv:
         CASES_FILE.parent.mkdir(parents=True, exist_ok=True)
         CASES_FILE.write_text(json.dumps(results, indent=1) + "\n")

@@ -27,11 +27,15 @@ from deployments.planning.units import cdiv
 
 CONTEXT_PAD = 256  # llama_context: n_ctx is padded to 256 cells
 SPLIT_MODES = ("layer", "row", "none")
-# Compute buffer, bytes per -ub token of f32 activations: fitted on CPU start-ups
-# (bench/gguf_accuracy.py). The KQ term is exact: n_kv × ub × (H + 1) × 4 B without flash
-# attention (scores, plus the f32 mask).
-COMPUTE_PER_EMBD = 12
-COMPUTE_PER_FFN = 0
+# Compute buffer: bytes per -ub token, least squares over 13 CPU start-ups of b11434
+# (bench/gguf_accuracy.py; within -3.5 %/+8.5 % of the logged size on each). The per-cell term
+# is the f16 KQ mask (n_kv × ub × 2 B); without flash attention the KQ scores and their f32 mask
+# add about (3.3 H + 3.2) B per cell and token, ggml's allocator reusing part of them.
+COMPUTE_PER_EMBD = 8.13
+COMPUTE_PER_FFN = 16.45
+COMPUTE_PER_CELL = 1.99
+COMPUTE_PER_CELL_HEAD_NO_FA = 3.33
+COMPUTE_PER_CELL_NO_FA = 3.16
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,11 +141,12 @@ def layer_devices(
 def compute_bytes(spec: GgufSpec, settings: LlamaCppSettings, cells: int) -> int:
     """The compute buffer one device reserves for a -ub batch (an estimate; see the module)."""
     ub = min(settings.ubatch, cells)
-    per_token = (
-        COMPUTE_PER_EMBD * spec.embedding_length + COMPUTE_PER_FFN * spec.feed_forward_length
-    )
-    kq = 0 if settings.flash_attn else cells * ub * (spec.head_count + 1) * 4
-    return ub * per_token * 4 // 4 + kq
+    per_token = COMPUTE_PER_EMBD * spec.embedding_length
+    per_token += COMPUTE_PER_FFN * spec.feed_forward_length + COMPUTE_PER_CELL * cells
+    if not settings.flash_attn:
+        per_cell = COMPUTE_PER_CELL_HEAD_NO_FA * spec.head_count + COMPUTE_PER_CELL_NO_FA
+        per_token += per_cell * cells
+    return int(ub * per_token)
 
 
 def device_memory(
@@ -163,7 +168,11 @@ def device_memory(
         blocks = [il for il in held if il < spec.block_count]
         weights = sum(spec.layer_bytes[il] for il in blocks)
         weights += spec.output_bytes if spec.block_count in held else 0
-        weights += spec.input_bytes if gpu is None else 0
+        if gpu is None:
+            # A tied output on the CPU is token_embd itself (the same mapped bytes); on a GPU
+            # it is a copy (TENSOR_DUPLICATED in llama-model-loader.cpp).
+            tied_here = spec.duplicated_bytes if spec.block_count in held else 0
+            weights += spec.input_bytes - tied_here
         if gpu is not None and not held:
             out.append(DeviceMemory(name, (), 0, 0, 0))
             continue
