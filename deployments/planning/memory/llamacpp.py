@@ -9,6 +9,10 @@ Rules read from llama.cpp b11434 and checked on CPU against its own ``-lv 4`` li
   always stays on the CPU. So the output layer lands on the last GPU, not on ``-mg``.
 - KV (src/llama-kv-cache.cpp): per layer ``row_size(type_k, dk·Hkv) + row_size(type_v,
   dv·Hkv)`` bytes per cell, on the layer's device; cells = ``-c`` padded to 256 (unified).
+- Row split (``-sm row``, deprecated in b11434): each layer's device still follows ``-ts`` and
+  its matrices are cut by rows over the GPUs by the same shares (src/llama-model.cpp
+  make_gpu_buft_list), so the per-GPU sums here are those of layer split; read from the
+  source, not checked on GPUs.
 - Compute (sched_reserve): llama.cpp measures its worst-case graph for one ``-ub`` batch; the
   estimate here is linear in ``-ub`` with the KQ matrix and mask added when flash attention is
   off, fitted on CPU runs. On GPUs it is not verified: the GPU margin covers it and the CUDA
