@@ -145,6 +145,16 @@ def _evaluate(
             "CPU: every token reads them from host memory, so generation runs at the host's "
             "memory bandwidth over those bytes, typically several times slower than on a GPU"
         )
+    if spec.sliding_window:
+        warnings.append(
+            f"sliding-window layers ({spec.sliding_window} tokens) keep a smaller KV cache "
+            "in llama.cpp; the KV here is the full-context upper bound"
+        )
+    if not all(spec.head_count_kv):
+        warnings.append(
+            "blocks without attention (recurrent state) are not modelled: their state "
+            "buffers are not counted"
+        )
     if split_mode == "row":
         warnings.append("row split is deprecated in llama.cpp b11434; layer split is the default")
     return LlamaCppPlan(

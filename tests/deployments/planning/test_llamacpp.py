@@ -214,3 +214,15 @@ def test_the_flags_state_every_placement_and_size():
         "-fa", "on", "-ub", "256", "-ngl", "9", "-sm", "layer", "-ts", f"{first},{second}",
         "--fit", "off",
     )  # fmt: skip
+
+
+def test_what_the_planner_does_not_model_is_said():
+    inventory = one_machine(parse_gpus("1x80GiB"))
+    settings = LlamaCppSettings(context_tokens=4096)
+    swa = replace(llama(8), sliding_window=4096)
+    recurrent = replace(llama(8), head_count_kv=(8, 0, 8, 0, 8, 0, 8, 0))
+    [plan] = plan_llamacpp(swa, inventory, LlamaCppRequest(settings=settings))
+    assert any("upper bound" in w for w in plan.warnings)
+    [plan] = plan_llamacpp(recurrent, inventory, LlamaCppRequest(settings=settings))
+    assert any("recurrent" in w for w in plan.warnings)
+    assert not plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))[0].warnings
