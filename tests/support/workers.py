@@ -70,7 +70,7 @@ def start_sim_worker(host_worker: Any, host: str, model_root: Path, **env: str) 
         **env,
     }
     proc = host_worker(host, **env)
-    wait_for(lambda: Host.objects.filter(name=host, gpus__isnull=False).exists(), timeout_s=60)
+    wait_for(lambda: Host.objects.filter(name=host, gpus__isnull=False).exists())
     return proc
 
 
