@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from deployments import events, modelcache
 from deployments.enginelog import client
@@ -149,7 +150,8 @@ def test_prefetch_progress_cut_resume_cancel_and_gated(
     wait_for(lambda: ModelDownload.objects.get(pk=row.pk).bytes_done > 8 * MIB)
     modelcache.download_cancel(user=operator, download=ModelDownload.objects.get(pk=row.pk))
     wait_for(lambda: _status(row) == "cancelled")
-    time.sleep(3)  # a rescan after the cancel
+    cancelled_at = timezone.now()
+    wait_for(lambda: HostDisk.objects.filter(host__name=HOST, scanned_at__gt=cancelled_at).exists())
     assert not CachedModel.objects.filter(repo_id=BIG, complete=True).exists()
     served.throttle_bps = 0
     served.reset_requests()
@@ -208,7 +210,7 @@ def test_stop_during_the_download_stops_the_transfer(
     assert done_at_cancel < download.bytes_total
     (part,) = (tmp_path / "hf-home" / "hub" / ".shardboard-partial").glob("*.part")
     size = part.stat().st_size
-    time.sleep(2)
+    time.sleep(2)  # a window in which a transfer still running (4 MiB/s) would grow the part
     assert part.stat().st_size == size < 48 * MIB  # the transfer stopped; kept for a resume
     assert not CachedModel.objects.filter(repo_id=BIG, complete=True).exists()
 

@@ -25,6 +25,7 @@ from django.conf import settings
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.host.engines import MARKER_ENV
+from deployments.host.watchdog import WATCH_INTERVAL_S
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, GpuLease, RayNode
 from tests.support.processes import ROOT
@@ -154,7 +155,7 @@ def test_a_model_over_two_hosts_runs_on_ray_and_stops_clean(
     for worker in again:
         wait_for(lambda w=worker: "reconciled engines" in w.log())
     assert all("'ray_nodes_adopted': 1" in w.log() for w in again), [w.log() for w in again]
-    time.sleep(3)  # a few watchdog passes
+    time.sleep(3 * WATCH_INTERVAL_S)  # a window for a few watchdog passes: a failure would show
     d.refresh_from_db()
     assert d.status == "running", d.failure_reason
     after = dict(RayNode.objects.filter(deployment=d).values_list("host__name", "pid"))
