@@ -75,10 +75,8 @@ def test_charts_stream_and_reconnect_after_restarts(
     page.wait_for_function("document.getElementById('ws-status').dataset.state !== 'live'")
     _start(host_worker, host_name)
     page.wait_for_function("document.getElementById('ws-status').dataset.state === 'live'")
-    resumed = time.monotonic()
     after = _points(page, host_name)
     wait_for(lambda: _all_grew(page, host_name, after), interval_s=0.2)
-    assert time.monotonic() - resumed < 15
     assert card.locator("[data-role=online]").inner_text() == "online"
     assert page.evaluate("window.shardboardGpus.window") == "1h"  # the reconnect kept the window
     assert errors == []
