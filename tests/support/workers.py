@@ -13,7 +13,7 @@ from typing import Any
 
 from monitoring.models import Host
 from tests.support.processes import ROOT, child_env
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATE_WAIT_S, wait_for
 
 
 @dataclass
@@ -26,7 +26,7 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STATE_WAIT_S) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             try:
