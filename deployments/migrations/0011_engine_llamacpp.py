@@ -4,15 +4,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('deployments', '0010_deployment_spans_hosts_retired'),
+        ("deployments", "0010_deployment_spans_hosts_retired"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='deployment',
-            name='engine',
-            field=models.CharField(choices=[('vllm', 'vLLM'), ('transformers', 'Transformers'), ('llamacpp', 'llama.cpp')], max_length=20),
+            model_name="deployment",
+            name="engine",
+            field=models.CharField(
+                choices=[
+                    ("vllm", "vLLM"),
+                    ("transformers", "Transformers"),
+                    ("llamacpp", "llama.cpp"),
+                ],
+                max_length=20,
+            ),
         ),
     ]
