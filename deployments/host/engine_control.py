@@ -50,7 +50,7 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         "host": settings.SHARDBOARD_ENGINE_HOST,
         "revision": revision,
         "served_model_name": d.name,
-        "api_key": d.engine_api_key() if d.engine == Engine.VLLM else None,
+        "api_key": d.engine_api_key() if d.engine in _KEYED else None,
         "gpu_indices": () if simulated else indices,
         "spans_hosts": spans,
         "ray_address": cluster.head_address(d) if spans else None,
@@ -63,9 +63,32 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
     }
     if simulated:
         facts |= {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
-    if d.engine != Engine.VLLM:
+    if d.engine == Engine.LLAMACPP:
+        facts |= _llamacpp(simulated)
+    elif d.engine != Engine.VLLM:
         facts |= _beside_vllm(plan.request)
     return plan.launch_spec(**facts)
+
+
+_KEYED = frozenset({Engine.VLLM, Engine.LLAMACPP})  # engines that check a key themselves
+
+
+def _llamacpp(simulated: bool) -> dict[str, Any]:
+    """llama-server takes the plan's -c, -np and its own placement; vLLM's knobs mean
+    nothing to it. On a simulated host it runs on the CPU, so no GPU placement applies."""
+    facts: dict[str, Any] = {
+        "gpu_memory_utilization": None,
+        "max_num_batched_tokens": None,
+        "dtype": None,
+        "quantization": None,
+        "kv_cache_dtype": None,
+        "decode_context_parallel_size": None,
+        "block_size": None,
+        "enforce_eager": False,
+    }
+    if simulated:
+        facts |= {"n_gpu_layers": None, "split_mode": None, "tensor_split": (), "main_gpu": None}
+    return facts
 
 
 def _beside_vllm(request: Mapping[str, Any]) -> dict[str, Any]:
