@@ -122,7 +122,12 @@ def flash_attn(spec: LaunchSpec) -> str:
 def split_mode(spec: LaunchSpec) -> str:
     if spec.split_mode:
         return spec.split_mode
-    return "layer" if spec.device == "cuda" and len(spec.gpu_indices) > 1 else "none"
+    return "layer" if spec.device == "cuda" and _gpu_count(spec) > 1 else "none"
+
+
+def _gpu_count(spec: LaunchSpec) -> int:
+    """The leased GPUs; a copy-paste line, rendered without a lease, counts the plan's shares."""
+    return len(spec.gpu_indices) or len(spec.tensor_split)
 
 
 def _placement(spec: LaunchSpec) -> list[str]:
@@ -133,7 +138,7 @@ def _placement(spec: LaunchSpec) -> list[str]:
     argv = ["-ngl", layers, "-sm", mode]
     if mode in ("layer", "row", "tensor"):
         # Always given: without it the split follows each GPU's free memory at start (§3.4).
-        split = spec.tensor_split or (1.0,) * len(spec.gpu_indices)
+        split = spec.tensor_split or (1.0,) * _gpu_count(spec)
         argv += ["-ts", ",".join(_number(x) for x in split)]
     if mode in ("none", "row"):
         argv += ["-mg", str(spec.main_gpu or 0)]

@@ -233,7 +233,11 @@ def planned_command(
     """The command a user runs for this plan: the engine adapter's own renderer, the one the
     host spawns with, less what only the host knows (served name, address, port, key)."""
     spec = plan.launch_spec(
-        deployment_id="planned", model=model, port=8000, revision=revision or None
+        deployment_id="planned",
+        model=model,
+        port=8000,
+        revision=revision or None,
+        gpu_indices=plan.gpu_indices,  # llama-server's -ts has one share per GPU
     )
     return planned_argv(engine, spec)
 
