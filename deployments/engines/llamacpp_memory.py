@@ -92,6 +92,14 @@ def read_buffers(log_text: str) -> tuple[DeviceBuffers, ...]:
     )
 
 
+def visible_order(planned: Sequence[int], leased: Sequence[int]) -> tuple[int, ...]:
+    """The leased GPUs in the order CUDA_VISIBLE_DEVICES lists them, so CUDA0 is the first:
+    the plan's order where it leased exactly those (its -ts shares follow it), else by index."""
+    if sorted(planned) == sorted(leased):
+        return tuple(planned)
+    return tuple(sorted(leased))
+
+
 def by_gpu(
     buffers: Sequence[DeviceBuffers], gpu_indices: Sequence[int]
 ) -> dict[int, DeviceBuffers]:

@@ -13,6 +13,7 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments.catalog.sources import LOCAL_PREFIX
 from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
+from deployments.engines.llamacpp_memory import visible_order
 from deployments.handoff import sealed
 from deployments.host import diagnosis, launchphases, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
@@ -38,7 +39,8 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
     reaching the Hub itself."""
     plan = d.snapshot
     leases = d.leases.filter(active=True, gpu__host=d.host).select_related("gpu")
-    indices = tuple(lease.gpu.index for lease in leases)
+    # CUDA0 is the first GPU CUDA_VISIBLE_DEVICES names: llama-server's -ts shares follow it.
+    indices = visible_order(plan.gpu_indices, [lease.gpu.index for lease in leases])
     spans = d.spans_hosts
     # Over several hosts it is vLLM on Ray even on simulated GPUs (a test engine stands in).
     simulated = d.host.simulated and not spans

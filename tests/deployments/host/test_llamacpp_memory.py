@@ -14,6 +14,7 @@ from deployments.engines.llamacpp_memory import (
     compare,
     device_of,
     read_buffers,
+    visible_order,
 )
 from tests.support.tiny_gguf import kv_bytes
 
@@ -87,3 +88,17 @@ def test_compare_rows_planned_beside_measured() -> None:
     assert [r.gpu for r in rows] == [2, 3]
     assert rows[0].difference_bytes == mib(2201.75) + mib(272) + mib(296) - mib(2800)
     assert compare(planned, (), (2, 3))[1].difference_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("planned", "leased", "order"),
+    [
+        ((3, 1), (1, 3), (3, 1)),  # the plan's order: its -ts shares follow it
+        ((0, 1), (3, 1), (1, 3)),  # leased others: by index
+        ((), (2, 0), (0, 2)),
+    ],
+)
+def test_visible_order(
+    planned: tuple[int, ...], leased: tuple[int, ...], order: tuple[int, ...]
+) -> None:
+    assert visible_order(planned, leased) == order
