@@ -52,7 +52,7 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         "host": settings.SHARDBOARD_ENGINE_HOST,
         "revision": revision,
         "served_model_name": d.name,
-        "api_key": d.engine_api_key() if d.engine in _KEYED else None,
+        "api_key": d.engine_api_key() if get_adapter(d.engine).supports_api_key else None,
         "gpu_indices": () if simulated else indices,
         "spans_hosts": spans,
         "ray_address": cluster.head_address(d) if spans else None,
@@ -70,9 +70,6 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
     elif d.engine != Engine.VLLM:
         facts |= _beside_vllm(plan.request)
     return plan.launch_spec(**facts)
-
-
-_KEYED = frozenset({Engine.VLLM, Engine.LLAMACPP})  # engines that check a key themselves
 
 
 def _llamacpp(simulated: bool) -> dict[str, Any]:
