@@ -22,3 +22,12 @@ if [ "${1:-}" = "--test" ] && [ ! -x /usr/bin/chromium ]; then
   say "Installing Debian's chromium for the browser tests"
   apt_install chromium
 fi
+# llama-server for the llama.cpp engine: built once per llama.cpp version and CPU, then cached
+# (scripts/llama.sh; SHARDBOARD_LLAMA_SERVER_BIN names your own). SHARDBOARD_LLAMA=skip: none.
+if [ "${SHARDBOARD_LLAMA:-build}" != skip ]; then
+  if [ "${1:-}" = "--test" ]; then
+    "$ROOT/scripts/llama.sh"  # the real-engine tests run against it in CI
+  else
+    "$ROOT/scripts/llama.sh" || say "llama-server was not built: the llama.cpp engine is unavailable"
+  fi
+fi

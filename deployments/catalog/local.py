@@ -203,3 +203,10 @@ def list_local(
             except LocalModelError as exc:
                 found.append(_broken(index, root, folder, exc))
     return tuple(sorted(found, key=lambda m: (m.root_index, m.relative_path)))
+
+
+# The same containment rules for GGUF files (catalog.gguf_local).
+roots = _roots
+pick_root = _pick_root
+check_relative = _check_relative
+contained = _contained

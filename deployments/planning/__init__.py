@@ -18,6 +18,10 @@ values in. The entry points, each documented where it is defined:
   with a load stated (``PlanRequest.concurrency``, ``sizes_share``) the utilization is sized.
 - ``format_notes``: how a model's weights are stored unlike a dense 16-bit transformer.
 - ``with_hf_quant_config``: config.json with a ModelOpt checkpoint's hf_quant_config.json.
+- llama.cpp (GGUF): ``gguf_spec`` (header key/values + ``GgufTensor``s → ``GgufSpec``),
+  ``plan_llamacpp(spec, inventory, LlamaCppRequest(...))`` → ``LlamaCppPlan``s with the CPU's and
+  each GPU's ``DeviceMemory`` and the explicit placement flags; ``one_machine`` reads a what-if
+  spec's terms as one machine's GPUs.
 - ``PlanningError`` (a ValueError) for input that cannot be planned; ``ModelSpecError`` and
   ``InventorySpecError`` are its kinds.
 
@@ -33,11 +37,14 @@ from .fleet.inventory import Gpu, Host, Inventory, parse_gpus
 from .memory.kvcache import kv_bytes_per_token
 from .memory.kvnotes import layer_notes
 from .memory.layout import GpuMemory, LayoutMemory, evaluate_layout
+from .memory.llamacpp import DeviceMemory, LlamaCppSettings
 from .memory.settings import Settings
 from .memory.versions import DEFAULT_VLLM_VERSION
 from .model.formatnotes import format_notes
+from .model.gguf import GgufSpec, GgufTensor, gguf_spec
 from .model.quant import with_hf_quant_config
 from .model.spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
+from .search.llamacpp import LlamaCppPlan, LlamaCppRequest, one_machine, plan_llamacpp
 from .search.plans import GpuRef, Plan, PlanResult
 from .search.request import GOALS, PLACEMENTS, PlanRequest, resolve
 from .search.result import plan_details, plan_to_json, result_to_json
@@ -66,6 +73,9 @@ __all__ = [
     "DEFAULT_VLLM_VERSION",
     "GOALS",
     "PLACEMENTS",
+    "DeviceMemory",
+    "GgufSpec",
+    "GgufTensor",
     "Gpu",
     "GpuMemory",
     "GpuRef",
@@ -73,6 +83,9 @@ __all__ = [
     "Inventory",
     "InventorySpecError",
     "LayoutMemory",
+    "LlamaCppPlan",
+    "LlamaCppRequest",
+    "LlamaCppSettings",
     "MlaSpec",
     "ModelSpec",
     "ModelSpecError",
@@ -85,11 +98,14 @@ __all__ = [
     "Settings",
     "estimate_layout",
     "format_notes",
+    "gguf_spec",
     "kv_bytes_per_token",
     "layer_notes",
+    "one_machine",
     "parse_gpus",
     "plan",
     "plan_details",
+    "plan_llamacpp",
     "plan_to_json",
     "result_to_json",
     "share_lines",

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 DEMO_MODEL_DIR = "shardboard-demo-tiny-llama"
+DEMO_GGUF = "shardboard-demo-tiny-llama-gguf/demo-tiny-llama-Q8_0.gguf"  # for llama.cpp
 
 
 class Command(BaseCommand):
@@ -17,11 +18,18 @@ class Command(BaseCommand):
         from deployments.catalog.demo_model import is_complete, make_tiny_llama
 
         path = settings.MODEL_ROOTS[0] / DEMO_MODEL_DIR
-        if is_complete(path):
-            return
-        try:
-            make_tiny_llama(path)
-        except ImportError as exc:
-            self.stderr.write(f"Skipping the demo model: the engine-cpu extra is missing ({exc}).")
-            return
-        self.stdout.write(f"Generated the demo model at {path}")
+        if not is_complete(path):
+            try:
+                make_tiny_llama(path)
+            except ImportError as exc:
+                self.stderr.write(
+                    f"Skipping the demo model: the engine-cpu extra is missing ({exc})."
+                )
+                return
+            self.stdout.write(f"Generated the demo model at {path}")
+        gguf = settings.MODEL_ROOTS[0] / DEMO_GGUF
+        if not gguf.is_file():
+            from deployments.catalog.gguf_write import convert_demo
+
+            convert_demo(path, gguf)
+            self.stdout.write(f"Wrote the demo model as GGUF at {gguf}")

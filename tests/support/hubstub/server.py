@@ -25,7 +25,7 @@ _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+?)(?:/revision/(?P<rev>[^/
 _TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)/?$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
-MAX_RANGE_BYTES = 1 << 20
+MAX_RANGE_BYTES = 64 << 20  # a GGUF header with a 150k-token vocabulary is a few MiB
 
 
 @dataclass(frozen=True)
@@ -308,25 +308,27 @@ class _Handler(BaseHTTPRequestHandler):
         start = int(match[1])
         end = min(int(match[2]) if match[2] else file.size - 1, file.size - 1)
         if end - start + 1 > MAX_RANGE_BYTES:
-            raise _Reply(416, "The Hub stand-in serves ranges of at most 1 MiB.")
+            raise _Reply(416, "The Hub stand-in serves ranges of at most 64 MiB.")
         content = file.content or b""
         body = content[start : end + 1].ljust(end - start + 1, b"\0")
         headers = headers | {"Content-Range": f"bytes {start}-{end}/{file.size}"}
         self._send(206, body, headers, head=False)
 
     def _whole(self, file: RepoFile, range_header: str | None, headers: dict[str, str]) -> None:
-        start, status = 0, 200
+        start, end, status = 0, file.size - 1, 200
         if range_header:
             match = _RANGE.match(range_header.strip())
             if match is None or int(match[1]) >= file.size:
                 raise _Reply(416, f"Range not satisfiable: {range_header}")
             start, status = int(match[1]), 206
-            headers = headers | {"Content-Range": f"bytes {start}-{file.size - 1}/{file.size}"}
+            end = min(int(match[2]), end) if match[2] else end  # as the Hub: the range asked
+            headers = headers | {"Content-Range": f"bytes {start}-{end}/{file.size}"}
         self.send_response(status)
-        for key, value in (headers | {"Content-Length": str(file.size - start)}).items():
+        for key, value in (headers | {"Content-Length": str(end + 1 - start)}).items():
             self.send_header(key, value)
         self.end_headers()
-        streaming.send_file(self, file, start, self.hub.throttle_bps, self.hub.take_cut(file.name))
+        cut = self.hub.take_cut(file.name)
+        streaming.send_file(self, file, start, self.hub.throttle_bps, cut, end=end + 1)
 
     def _json(self, status: int, body: Any, headers: dict[str, str], *, head: bool) -> None:
         payload = json.dumps(body).encode()

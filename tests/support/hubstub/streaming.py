@@ -19,9 +19,16 @@ def send_file(
     start: int,
     throttle_bps: int,
     cut_after: int | None,
+    *,
+    end: int | None = None,
 ) -> None:
+    """Bytes ``start`` up to ``end`` (exclusive; None: the end of the file)."""
     began, sent = time.monotonic(), 0
-    for chunk in _chunks(file, start):
+    left = (file.size if end is None else end) - start
+    for whole in _chunks(file, start):
+        chunk, left = whole[: max(left, 0)], left - len(whole)
+        if not chunk:
+            return
         if cut_after is not None and sent + len(chunk) > cut_after:
             handler.wfile.write(chunk[: max(cut_after - sent, 0)])
             handler.wfile.flush()

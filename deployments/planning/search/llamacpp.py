@@ -1,0 +1,239 @@
+"""llama-server plans: which GPUs, how many layers on each (``-ts``), and the flags that say so.
+
+One llama-server runs on one machine. Layer split (``-sm layer``, the default) is a pipeline
+over PCIe: each GPU holds a contiguous run of blocks and their KV cache, the last one the
+output layer too. The ratios are layer counts, chosen so that the fullest GPU is as empty as
+possible relative to what it can give (so unequal GPUs get unequal counts); the user may pin
+them. Layers on the CPU (``-ngl`` below L+1) only when allowed, with their cost stated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from deployments.planning.errors import PlanningError
+from deployments.planning.fleet.inventory import Gpu, Host, Inventory
+from deployments.planning.memory.llamacpp import (
+    DeviceMemory,
+    LlamaCppSettings,
+    cache_type_errors,
+    compute_bytes,
+    context_cells,
+    device_memory,
+    kv_bytes_per_cell,
+)
+from deployments.planning.model.gguf import GgufSpec
+from deployments.planning.units import GIB, MIB, gib
+
+# Per GPU, beyond what llama.cpp reports as its own: the CUDA context and cuBLAS workspace
+# (0.3–0.5 GiB measured by others; Ollama's constant was 457 MiB), rounded up.
+GPU_OVERHEAD_BYTES = 512 * MIB
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppRequest:
+    settings: LlamaCppSettings = field(default_factory=LlamaCppSettings)
+    tensor_split: tuple[float, ...] | None = None  # pinned -ts, one share per GPU
+    allow_partial_offload: bool = False  # may layers stay on the CPU (-ngl < L+1)?
+    margin_bytes: int = 1 * GIB  # left free per GPU, as llama.cpp's --fit-target 1024 MiB
+    gpu_overhead_bytes: int = GPU_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppPlan:
+    host: str
+    gpus: tuple[Gpu, ...]  # in -ts order: CUDA0, CUDA1, … after CUDA_VISIBLE_DEVICES
+    gpu_layers: int  # -ngl, out of block_count + 1
+    tensor_split: tuple[float, ...]  # -ts
+    split_mode: str
+    settings: LlamaCppSettings
+    cpu: DeviceMemory
+    devices: tuple[DeviceMemory, ...]  # one per GPU
+    context_cells: int
+    fits: bool
+    reasons: tuple[str, ...]  # why it does not fit
+    warnings: tuple[str, ...]
+
+    def flags(self) -> tuple[str, ...]:
+        """Every flag that sizes memory or places it, explicit (``--fit off``: the plan decides,
+        not llama.cpp's fit, which would otherwise shrink -c or move layers at start)."""
+        s = self.settings
+        out = ["-c", str(self.context_cells), "-np", str(s.slots), "--kv-unified"]
+        out += ["-ctk", s.cache_type_k, "-ctv", s.cache_type_v]
+        out += ["-fa", "on" if s.flash_attn else "off", "-ub", str(s.ubatch)]
+        out += ["-ngl", str(self.gpu_layers), "-sm", self.split_mode]
+        if self.split_mode != "none" and len(self.gpus) > 1:
+            out += ["-ts", ",".join(_share(share) for share in self.tensor_split)]
+        return (*out, "--fit", "off")
+
+
+def _share(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _budget(gpu: Gpu, request: LlamaCppRequest, compute_bytes: int) -> int:
+    return gpu.free_bytes - request.margin_bytes - request.gpu_overhead_bytes - compute_bytes
+
+
+def _layer_costs(spec: GgufSpec, settings: LlamaCppSettings, cells: int) -> list[int]:
+    costs = [
+        spec.layer_bytes[il] + cells * kv_bytes_per_cell(spec, settings, [il])
+        for il in range(spec.block_count)
+    ]
+    return [*costs, spec.output_bytes]
+
+
+def balanced_counts(costs: Sequence[int], budgets: Sequence[int]) -> tuple[int, ...]:
+    """Contiguous layer counts per GPU, in order, that minimise the fullest GPU's share of its
+    budget (min-max over contiguous partitions; L+1 ≤ a few hundred, GPUs ≤ 8 per host)."""
+    n, g = len(costs), len(budgets)
+    prefix = [0]
+    for cost in costs:
+        prefix.append(prefix[-1] + cost)
+    inf = float("inf")
+
+    def load(i: int, k: int, j: int) -> float:
+        used = prefix[k] - prefix[i]
+        if used == 0:
+            return 0.0
+        return used / budgets[j] if budgets[j] > 0 else inf
+
+    best = [[inf] * (n + 1) for _ in range(g + 1)]
+    cut = [[0] * (n + 1) for _ in range(g + 1)]
+    best[0][0] = 0.0
+    for j in range(1, g + 1):
+        for k in range(n + 1):
+            for i in range(k + 1):
+                value = max(best[j - 1][i], load(i, k, j - 1))
+                if value < best[j][k]:
+                    best[j][k], cut[j][k] = value, i
+    counts, k = [], n
+    for j in range(g, 0, -1):
+        counts.append(k - cut[j][k])
+        k = cut[j][k]
+    return tuple(reversed(counts))
+
+
+def _evaluate(
+    spec: GgufSpec,
+    request: LlamaCppRequest,
+    host: Host,
+    gpus: tuple[Gpu, ...],
+    gpu_layers: int,
+    split: tuple[float, ...],
+) -> LlamaCppPlan:
+    settings = request.settings
+    split_mode = settings.split_mode if len(gpus) > 1 else "none"
+    memory = device_memory(spec, settings, gpu_layers=gpu_layers, splits=split)
+    cpu, devices = memory[0], memory[1:]
+    reasons = list(cache_type_errors(spec, settings))
+    for gpu, used in zip(gpus, devices, strict=True):
+        need = used.total_bytes + (request.gpu_overhead_bytes if used.layers else 0)
+        if need + request.margin_bytes > gpu.free_bytes:
+            reasons.append(
+                f"GPU {gpu.index} ({gpu.name}) needs {gib(need):.2f} GiB + a "
+                f"{gib(request.margin_bytes):.2f} GiB margin; it has {gib(gpu.free_bytes):.2f} "
+                "GiB free"
+            )
+    warnings = []
+    on_cpu = [il for il in cpu.layers if il < spec.block_count]
+    if on_cpu:
+        cpu_bytes = sum(spec.layer_bytes[il] for il in on_cpu)
+        warnings.append(
+            f"{len(on_cpu)} of {spec.block_count} blocks ({gib(cpu_bytes):.2f} GiB) stay on the "
+            "CPU: every token reads them from host memory, so generation runs at the host's "
+            "memory bandwidth over those bytes, typically several times slower than on a GPU"
+        )
+    if spec.sliding_window:
+        warnings.append(
+            f"sliding-window layers ({spec.sliding_window} tokens) keep a smaller KV cache "
+            "in llama.cpp; the KV here is the full-context upper bound"
+        )
+    if not all(spec.head_count_kv):
+        warnings.append(
+            "blocks without attention (recurrent state) are not modelled: their state "
+            "buffers are not counted"
+        )
+    if split_mode == "row":
+        warnings.append("row split is deprecated in llama.cpp b11434; layer split is the default")
+    return LlamaCppPlan(
+        host=host.name,
+        gpus=gpus,
+        gpu_layers=gpu_layers,
+        tensor_split=split,
+        split_mode=split_mode,
+        settings=settings,
+        cpu=cpu,
+        devices=devices,
+        context_cells=context_cells(spec, settings),
+        fits=not reasons,
+        reasons=tuple(reasons),
+        warnings=tuple(warnings),
+    )
+
+
+def _split_for(
+    spec: GgufSpec, request: LlamaCppRequest, gpus: tuple[Gpu, ...], gpu_layers: int
+) -> tuple[float, ...]:
+    if request.tensor_split is not None:
+        if len(request.tensor_split) != len(gpus):
+            raise PlanningError(
+                f"--tensor-split has {len(request.tensor_split)} shares for {len(gpus)} GPUs"
+            )
+        return request.tensor_split
+    if len(gpus) == 1:
+        return (1.0,)
+    settings = request.settings
+    cells = context_cells(spec, settings)
+    costs = _layer_costs(spec, settings, cells)[spec.block_count + 1 - gpu_layers :]
+    compute = compute_bytes(spec, settings, cells)
+    budgets = [_budget(gpu, request, compute) for gpu in gpus]
+    return tuple(float(c) for c in balanced_counts(costs, budgets))
+
+
+def _best_layers(
+    spec: GgufSpec, request: LlamaCppRequest, host: Host, gpus: tuple[Gpu, ...]
+) -> LlamaCppPlan:
+    full = spec.block_count + 1
+    plan = _evaluate(spec, request, host, gpus, full, _split_for(spec, request, gpus, full))
+    if plan.fits or not request.allow_partial_offload:
+        return plan
+    for layers in range(full - 1, 0, -1):
+        candidate = _evaluate(
+            spec, request, host, gpus, layers, _split_for(spec, request, gpus, layers)
+        )
+        if candidate.fits:
+            return candidate
+    return plan
+
+
+def plan_llamacpp(
+    spec: GgufSpec, inventory: Inventory, request: LlamaCppRequest
+) -> tuple[LlamaCppPlan, ...]:
+    """Plans per host, best first: every free GPU of a host in one layer split (llama.cpp's own
+    default), then each single GPU alone (no PCIe hop per token) when it fits."""
+    request.settings.validate()
+    plans: list[LlamaCppPlan] = []
+    for host in inventory.hosts:
+        free = tuple(g for g in host.gpus if not g.busy)
+        if not free:
+            continue
+        plans.append(_best_layers(spec, request, host, free))
+        if len(free) > 1 and request.tensor_split is None:
+            for gpu in sorted(free, key=lambda g: -g.free_bytes):
+                plans.append(_best_layers(spec, request, host, (gpu,)))
+    if not plans:
+        raise PlanningError("no free GPU in the inventory")
+    return tuple(sorted(plans, key=lambda p: (not p.fits, -len(p.gpus) if p.fits else 0)))
+
+
+def one_machine(inventory: Inventory, *, name: str = "local") -> Inventory:
+    """A what-if spec's terms as GPUs of one machine: ``1x24GiB@pcie,1x16GiB@pcie`` is read by
+    ``parse_gpus`` as two hosts, but llama-server (without RPC) spans one machine's GPUs."""
+    gpus = [g for h in inventory.hosts for g in h.gpus]
+    renumbered = tuple(
+        Gpu(i, g.name, g.total_bytes, g.free_bytes, g.busy) for i, g in enumerate(gpus)
+    )
+    links = {(a, b): "PXB" for a in range(len(gpus)) for b in range(a + 1, len(gpus))}
+    return Inventory((Host(name, renumbered, links),))
