@@ -21,7 +21,7 @@ from deployments.engines.llamacpp import LLAMA_SERVER_BIN_ENV
 from deployments.engines.llamacpp_memory import HOST, MIB, read_buffers
 from deployments.host import supervisor as sv
 from deployments.host.diagnosis import diagnose
-from tests.support.processes import ROOT
+from tests.support.llama_server import server_binary
 from tests.support.tiny_gguf import kv_bytes, write_tiny_llama
 
 pytestmark = pytest.mark.engine
@@ -32,15 +32,9 @@ CELLS = 512
 
 
 def _binary() -> str | None:
-    named = os.environ.get(LLAMA_SERVER_BIN_ENV)
-    if named:
-        return named if os.access(named, os.X_OK) else None
-    record = ROOT / "var" / "llama-server.path"
-    if record.is_file():
-        path = record.read_text().strip()
-        if os.access(path, os.X_OK):
-            return path
-    return shutil.which("llama-server")
+    """scripts/llama.sh's build (tests.support.llama_server: the env var, then var/), else PATH."""
+    found = server_binary()
+    return str(found) if found else shutil.which("llama-server")
 
 
 @dataclass(frozen=True)
