@@ -114,9 +114,23 @@ def choose_plan(
     return best, spec
 
 
+# llama.cpp has an adapter, a planner and copy-paste lines, but a launch does not yet turn a
+# GGUF plan into its snapshot (issue 31): until it does, a launch asks for one of these.
+LAUNCHABLE_ENGINES = (Engine.VLLM, Engine.TRANSFORMERS)
+
+
+def _check_engine(engine: str) -> None:
+    if engine == Engine.LLAMACPP:
+        raise DeploymentError(
+            "Launching on llama.cpp is not available yet: a GGUF model's page shows its "
+            "llama.cpp plan and the llama-server command to run by hand; launch vllm or "
+            "transformers here."
+        )
+    if engine not in LAUNCHABLE_ENGINES:
+        raise DeploymentError(f"Unknown engine {engine!r}; choose vllm or transformers.")
+
+
 def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
-    if request.engine not in Engine.values:
-        raise DeploymentError(f"Unknown engine {request.engine!r}; choose vllm or transformers.")
     if host.simulated:
         return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (cpu_hub)
     return request.engine
@@ -161,6 +175,7 @@ def deployment_create(
     except membership.TeamError as exc:
         raise DeploymentError(str(exc)) from exc
     name = _check_name(request.name)
+    _check_engine(request.engine)
     host = online_host(request.host_name)
     try:
         source = resolve_source(request.model_ref, request.revision)
