@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from playground.gateway import routing  # noqa: E402  (pure: no Django needed)
+from playground.gateway import routing  # pure: no Django needed
 
 HEADER_CHARS = 2000
 SLOTS = 8
@@ -83,7 +83,9 @@ def trace(n: int, groups: int, rate: float, seed: int) -> list[Request]:
 
 
 def least_loaded(req: Request, reps: list[Replica]) -> int:
-    return min(range(len(reps)), key=lambda i: (reps[i].load, (i + int(req.suffix[1:])) % len(reps)))
+    return min(
+        range(len(reps)), key=lambda i: (reps[i].load, (i + int(req.suffix[1:])) % len(reps))
+    )
 
 
 def _order(req: Request, reps: list[Replica]) -> list[int]:
@@ -189,7 +191,9 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=4)
     parser.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--groups", type=int, default=64)
-    parser.add_argument("--load", type=float, default=0.8, help="offered load / capacity (uncached)")
+    parser.add_argument(
+        "--load", type=float, default=0.8, help="offered load / capacity (uncached)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     capacity_rps = args.replicas * SLOTS / (DECODE_S + PREFILL_S)

@@ -83,7 +83,11 @@ def test_scale_down_and_stop_drop_no_admitted_stream(
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         first = [pool.submit(stream, url, auth, n) for n in range(4)]
-        counts = wait_for(lambda: _in_flight(ids, 4), timeout_s=30, interval_s=0.02)
+        try:
+            counts = wait_for(lambda: _in_flight(ids, 4), timeout_s=30, interval_s=0.02)
+        except AssertionError:
+            print(balance.in_flight(ids), [f.result()[1][-300:] for f in first if f.done()])
+            raise
         assert counts[gone.pk] >= 1  # the replica going away holds streams
         deployment_scale(user=operator, deployment=rows[0], replicas=1)
         # Out of the rotation at once: what comes now goes to the replica that stays.
