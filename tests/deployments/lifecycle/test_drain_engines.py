@@ -63,7 +63,11 @@ def _complete(done: list[Future[tuple[int, str]]]) -> list[tuple[int, str]]:
 def test_scale_down_and_stop_drop_no_admitted_stream(
     roomy: None, host_worker: Any, model_root: Any, asgi_server: Any, operator: Any
 ) -> None:
-    worker = start_sim_worker(host_worker, HOST, model_root, SHARDBOARD_DRAIN_GRACE_S="120")
+    # SIGKILL 1 s after SIGTERM: transformers serve would otherwise finish its streams on
+    # SIGTERM by itself (uvicorn's graceful shutdown), and the test would not see the drain.
+    worker = start_sim_worker(
+        host_worker, HOST, model_root, SHARDBOARD_DRAIN_GRACE_S="120", SHARDBOARD_STOP_GRACE_S="1"
+    )
     request = LaunchRequest(
         name="duo",
         model_ref="local:0/tiny",
