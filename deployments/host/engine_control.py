@@ -343,7 +343,7 @@ def stop(deployment_id: int) -> dict[str, Any]:
     logship.finish(d, Path(d.log_path) if d.log_path else None)
     reason = _stop_reason(result, drained)
     transitions.move(d, Status.STOPPED, reason, release_leases=True, restart_at=None)
-    return {"stopped": d.pk, "drained_left": drained.left if drained else None}
+    return {"stopped": d.pk}
 
 
 def _stop_reason(result: sv.StopResult | None, drained: drain.Drained | None) -> str:
