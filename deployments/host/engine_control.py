@@ -296,6 +296,9 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
     if recorder := launchphases.current(d.pk):
         logship.catch_up(d.pk)  # the lines that led to ready are read before it is recorded
         recorder.ready()
+    # A drain mark left under this id (a database whose ids started again, a drain whose stop
+    # never came) must not keep a running engine out of the gateway's rotation.
+    drain.drain_end([d.pk])
     retried(
         lambda: transitions.move(
             d,

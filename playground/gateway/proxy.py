@@ -126,9 +126,9 @@ def _retriable(exc: UpstreamError) -> bool:
 
 
 async def _open(recorder: Recorder, holds: Holds) -> Answer:
-    """The answer of the replica the balancer picks (prefix affinity within a load bound);
-    a replica that refuses or drops the
-    connection leaves the rotation and the request is tried once more on another."""
+    """The answer of the replica the balancer picks (prefix affinity within a load bound); a
+    replica that refuses or drops the connection leaves the rotation and the request is tried
+    once more on another."""
     exchange = recorder.exchange
     prefix = routing.prefix_key(exchange.call.body)
     factor = settings.PLAYGROUND_ROUTING_LOAD_FACTOR
