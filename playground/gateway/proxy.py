@@ -95,8 +95,10 @@ def _slots_of(exchange: Exchange) -> tuple[str, int]:
 
 
 async def _refuse_busy(recorder: Recorder, limit: int) -> HttpResponse:
-    whose = "this API token has" if recorder.exchange.bearer_id else "you already have"
-    message = f"{whose} {limit} requests running; wait for one to finish"
+    if recorder.exchange.bearer_id:
+        message = f"this API token has {limit} requests running; wait for one to finish"
+    else:
+        message = f"you already have {limit} playground requests running; wait for one to finish"
     await recorder.record_and_wait(Outcome("rate_limited", 429, error=message))
     response = error_response(429, "rate_limit_exceeded", message)
     response["Retry-After"] = "1"
