@@ -23,6 +23,7 @@ from deployments.host.owner import engine_owner
 from deployments.host.probes import smoke_test, wait_ready
 from deployments.host.ray import cluster
 from deployments.models import Deployment, Engine, Status
+from playground.gateway import drain
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +318,9 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
     if recorder := launchphases.current(d.pk):
         logship.catch_up(d.pk)  # the lines that led to ready are read before it is recorded
         recorder.ready()
+    # A drain mark left under this id (a database whose ids started again, a drain whose stop
+    # never came) must not keep a running engine out of the gateway's rotation.
+    drain.drain_end([d.pk])
     retried(
         lambda: transitions.move(
             d,
@@ -349,7 +353,11 @@ def stop(deployment_id: int) -> dict[str, Any]:
     if recorder := launchphases.current(d.pk):
         recorder.close()
     result = None
+    drained = None
     if d.pgid:
+        # Out of the gateway's rotation and its streams finished (bounded) before SIGTERM:
+        # a stop or scale-down cuts no answer the gateway admitted before it began.
+        drained = drain.drain_replica(d.pk)
         result = sv.stop(
             d.pgid,
             settings.SHARDBOARD_STOP_GRACE_S,
@@ -358,11 +366,13 @@ def stop(deployment_id: int) -> dict[str, Any]:
         )
         sv.reap_children()
     logship.finish(d, Path(d.log_path) if d.log_path else None)
-    transitions.move(d, Status.STOPPED, _stop_reason(result), release_leases=True, restart_at=None)
+    reason = _stop_reason(result, drained)
+    transitions.move(d, Status.STOPPED, reason, release_leases=True, restart_at=None)
     return {"stopped": d.pk}
 
 
-def _stop_reason(result: sv.StopResult | None) -> str:
+def _stop_reason(result: sv.StopResult | None, drained: drain.Drained | None) -> str:
     if result is None or not result.was_running:
         return "stopped (no engine process was running)"
-    return f"engine stopped with {result.signal_sent} in {result.duration_s:.1f} s"
+    stopped = f"engine stopped with {result.signal_sent} in {result.duration_s:.1f} s"
+    return f"{drained.describe()}; {stopped}" if drained else stopped

@@ -30,6 +30,7 @@ from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
 from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
 from monitoring.models import Host
+from playground.gateway import drain
 from teams import membership
 
 # A launch that lost the race for a GPU's memory plans again on what is left, this often.
@@ -361,6 +362,8 @@ def stop_rows(
             **({"reason": why} if why else {}),
         },
     )
+    # Out of the gateway's rotation at once, before the host worker gets the stop and drains.
+    transaction.on_commit(partial(drain.drain_begin, [r.pk for r in live]))
     for row in live:
         transaction.on_commit(partial(_enqueue, "deployments.stop", row, [row, first]))
     return first

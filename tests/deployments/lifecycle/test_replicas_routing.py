@@ -36,8 +36,11 @@ PROMPT = {"model": "trio", "prompt": "count: 1 2 3", "max_tokens": 48}
 
 @pytest.fixture
 def roomy(settings: Any) -> None:
-    """Room for a burst from one caller (the server is forked with these settings)."""
+    """Room for a burst from one caller (the server is forked with these settings); least
+    loaded only, whose even spread this test counts (every request shares one prompt, which
+    prefix affinity would keep together: tests/playground/gateway/test_balance.py)."""
     settings.PLAYGROUND_MAX_CONCURRENT = 64
+    settings.PLAYGROUND_ROUTING_LOAD_FACTOR = 0
 
 
 def statuses(rows: list[Deployment]) -> list[str]:

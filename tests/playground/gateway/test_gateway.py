@@ -256,7 +256,7 @@ def test_concurrency_limit_answers_429(
         assert all(b"t0 " in next(chunks) for chunks in streams)
         third = httpx.post(url, json=CHAT, headers=headers)
         assert third.status_code == 429
-        assert "2 playground requests" in third.json()["error"]["message"]
+        assert "2 requests running" in third.json()["error"]["message"]
         stub.hold_after_first.set()
         assert all(b"[DONE]" in b"".join(chunks) for chunks in streams)
     assert httpx.post(url, json=CHAT, headers=headers).status_code == 200
