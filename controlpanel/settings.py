@@ -170,7 +170,7 @@ SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
 # Before that SIGTERM: how long a stopping replica, already out of the gateway's rotation, is
-# given to finish the streams it holds (playground.gateway.drain); 0: no wait.
+# given to finish the streams it holds (deployments.live.drain); 0: no wait.
 SHARDBOARD_DRAIN_GRACE_S = env.env_float("SHARDBOARD_DRAIN_GRACE_S", 60, low=0, high=3600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
 # A model over several hosts runs on a Ray cluster of its own (deployments.host.ray):

@@ -22,8 +22,8 @@ from deployments.host.downloads import fetching
 from deployments.host.owner import engine_owner
 from deployments.host.probes import smoke_test, wait_ready
 from deployments.host.ray import cluster
+from deployments.live import drain
 from deployments.models import Deployment, Engine, Status
-from playground.gateway import drain
 
 log = logging.getLogger(__name__)
 

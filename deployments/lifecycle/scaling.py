@@ -4,7 +4,7 @@ Up: the launch's own path (the planner on the host's free GPUs, pinned to the fi
 layout; the same locked reservation; one ``deployments.launch`` per new row on commit). Every
 new replica runs the first one's command and reserves its bytes per GPU, as at launch.
 Down: the highest-index replicas leave the gateway's rotation, are drained and stop (as a stop
-does: playground.gateway.drain) and are retired: their rows stay, with
+does: deployments.live.drain) and are retired: their rows stay, with
 their history, but no longer count in the deployment's state (``Deployment.group``).
 """
 
@@ -34,8 +34,8 @@ from deployments.lifecycle.services import (
     require_role,
     reserve_gpus,
 )
+from deployments.live import drain
 from deployments.models import ACTIVE, Deployment, Status
-from playground.gateway import drain
 from teams import membership
 
 MAX_REPLICAS = 16

@@ -28,9 +28,9 @@ from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
+from deployments.live import drain
 from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
 from monitoring.models import Host
-from playground.gateway import drain
 from teams import membership
 
 # A launch that lost the race for a GPU's memory plans again on what is left, this often.

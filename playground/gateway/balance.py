@@ -10,7 +10,7 @@ processes choosing at once do not both see the same idle replica.
 
 A replica is healthy when the database says it runs (read at most ROTATION_S ago) and no web
 process saw its engine refuse or drop a connection in the last DOWN_S, and it is not draining
-(playground.gateway.drain: a stop or scale-down took it out): a dead engine leaves
+(deployments.live.drain: a stop or scale-down took it out): a dead engine leaves
 the rotation at the first failure any process sees, and for good once the watchdog (every
 second) has marked it failed or restarting. It comes back when it runs again.
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from redis.exceptions import NoScriptError, RedisError
 
 from controlpanel import redisconn
+from deployments.live.drain import drain_key, inflight_key
 from playground.gateway import routing
-from playground.gateway.drain import drain_key, inflight_key
 from playground.gateway.limits import _client
 from playground.gateway.upstream import Target
 

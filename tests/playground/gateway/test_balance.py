@@ -138,7 +138,7 @@ async def test_a_shared_prefix_stays_on_one_replica_within_the_bound(
 async def test_a_draining_replica_gets_no_new_request_even_marked_down_ones_do(
     counts_redis: PrivateRedis,
 ) -> None:
-    from playground.gateway import drain
+    from deployments.live import drain
 
     targets = replicas(1, 2)
     assert drain.drain_begin([1])

@@ -1,4 +1,4 @@
-"""A drain's wait (playground.gateway.drain) on a real redis-server of the test's own."""
+"""A drain's wait (deployments.live.drain) on a real redis-server of the test's own."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from playground.gateway import balance, drain
+from deployments.live import drain
+from playground.gateway import balance
 from playground.gateway.upstream import Target
 from tests.support.private_redis import PrivateRedis
 

@@ -9,8 +9,8 @@ The pick and the count are one Redis script, so no request is admitted to a repl
 drain key is set: once the set is empty, nothing admitted before the drain is still streaming.
 
 The key expires (grace + a margin): a drain whose stop never came does not keep a replica out
-for good. Sync: called from services and Celery tasks. Imports only controlpanel.redisconn, so
-the host worker may call it without the gateway.
+for good. Sync: called from services and Celery tasks. Imports only controlpanel.redisconn: the
+host worker calls it without importing the gateway (web side).
 """
 
 from __future__ import annotations
