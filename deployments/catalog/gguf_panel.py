@@ -20,8 +20,10 @@ from deployments.catalog.plan_panel import target_notice
 from deployments.catalog.plan_targets import PlanTarget
 from deployments.planning.units import GIB, gib
 
-# Two consumer cards of unequal size over PCIe: the case llama.cpp's -ts ratios are for.
-GGUF_WHATIF = "1x24GiB@pcie,1x16GiB@pcie"
+# What-if GPUs by default: one consumer card; the panel offers others, among them two unequal
+# cards over PCIe (the case llama.cpp's -ts ratios are for).
+GGUF_WHATIF = "1x24GiB@pcie"
+GGUF_WHATIFS = (GGUF_WHATIF, "1x24GiB@pcie,1x16GiB@pcie", "2x24GiB@pcie", "4x16GiB@pcie")
 # Not wired yet: the llama-server adapter (deployments/engines) lands with its own branch.
 LAUNCH_NOTE = "launch on llama.cpp: coming with the engine adapter"
 

@@ -89,7 +89,8 @@ def parse_tensor_split(text: str) -> tuple[float, ...] | None:
 
 def _layer_span(layers: tuple[int, ...], block_count: int) -> str:
     blocks = [il for il in layers if il < block_count]
-    text = f"blocks {blocks[0]}–{blocks[-1]}" if blocks else "no blocks"
+    text = f"blocks {blocks[0]}–{blocks[-1]}" if len(blocks) > 1 else "no blocks"
+    text = f"block {blocks[0]}" if len(blocks) == 1 else text
     return text + (" + output" if block_count in layers else "")
 
 

@@ -14,7 +14,7 @@ from controlpanel.roles import Role, role_required
 from deployments import planning
 from deployments.catalog import gguf_selectors as gsel
 from deployments.catalog import plan_targets as targets
-from deployments.catalog.gguf_panel import GGUF_WHATIF, gguf_panel
+from deployments.catalog.gguf_panel import GGUF_WHATIF, GGUF_WHATIFS, gguf_panel
 from deployments.catalog.gguf_plan import CACHE_TYPES, GgufOptions, parse_tensor_split
 from deployments.catalog.hub import HubError
 from deployments.catalog.selectors import human_bytes
@@ -82,7 +82,8 @@ def _page(
     except planning.PlanningError as exc:
         plan = {"ok": False, "error": str(exc), "plan": None, "target": {"label": target.label}}
     context.update(source=source, spec=spec, arch=gsel.architecture_rows(spec), plan=plan)
-    context.update(hosts=hosts, target=target, gguf_whatif=GGUF_WHATIF, cache_types=CACHE_TYPES)
+    context.update(hosts=hosts, target=target, gguf_whatif=GGUF_WHATIF, whatifs=GGUF_WHATIFS)
+    context.update(cache_types=CACHE_TYPES)
     return render(request, "catalog/gguf_detail.html", context, status=status)
 
 
