@@ -241,3 +241,13 @@ def test_the_api_plan_endpoint_returns_the_llamacpp_plan(
     assert refused.status_code == 200 and not refused.json()["ok"]
     doc = client.get("/api/v1/openapi.json").json()
     assert "LlamaCppPlanOut" in doc["components"]["schemas"]
+
+
+def test_a_gguf_only_repo_page_links_to_its_quantizations(
+    client: Client, viewer: Any, hub: HubStub
+) -> None:
+    login_client(client, viewer)
+    repo = "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF"
+    html = client.get(f"/models/{repo}/").content.decode()
+    assert "data-spec-error" in html  # vLLM cannot plan it: no config.json
+    assert f'href="/models/gguf/{repo}/"' in html
