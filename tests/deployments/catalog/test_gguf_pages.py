@@ -251,3 +251,16 @@ def test_a_gguf_only_repo_page_links_to_its_quantizations(
     html = client.get(f"/models/{repo}/").content.decode()
     assert "data-spec-error" in html  # vLLM cannot plan it: no config.json
     assert f'href="/models/gguf/{repo}/"' in html
+
+
+def test_a_registered_host_is_planned_as_it_is(
+    client: Client, viewer: Any, gguf_root: Path, sim_host: Any
+) -> None:
+    login_client(client, viewer)
+    html = client.get("/models/gguf/local/0/tiny/tiny-Q8_0.gguf/").content.decode()
+    assert '<b id="plan-target">sim-a</b>' in html  # the online host, before any what-if
+    payload = client.get("/models/plan/gguf/", {"ref": TINY, "target": "sim-a"}).json()
+    plan = payload["plan"]
+    assert payload["target"]["simulated"] and plan["host"] == "sim-a" and plan["gpus"] == 2
+    assert [d["total_bytes"] for d in plan["devices"]] == [80 * GIB, 80 * GIB]
+    assert "launch on llama.cpp" in plan["launch_note"]
