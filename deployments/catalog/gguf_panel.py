@@ -18,7 +18,7 @@ from deployments.catalog.gguf_plan import (
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.plan_panel import target_notice
 from deployments.catalog.plan_targets import PlanTarget
-from deployments.planning.units import GIB, gib
+from deployments.planning.units import GIB, MIB, gib
 
 # What-if GPUs by default: one consumer card; the panel offers others, among them two unequal
 # cards over PCIe (the case llama.cpp's -ts ratios are for).
@@ -36,11 +36,20 @@ def gguf_inventory(target: PlanTarget) -> planning.Inventory:
     return planning.one_machine(target.inventory(), name="what-if")
 
 
+def size_text(n_bytes: int) -> str:
+    """GiB with two decimals, and smaller units where that would read 0.00 (a tiny model)."""
+    if abs(n_bytes) >= GIB // 100 or n_bytes == 0:
+        return f"{gib(n_bytes):.2f} GiB"
+    if abs(n_bytes) >= MIB:
+        return f"{n_bytes / MIB:.1f} MiB"
+    return f"{n_bytes / 1024:.1f} KiB"
+
+
 def device_rows(plan: dict[str, Any]) -> list[dict[str, str]]:
     """The per-device table: GiB with two decimals, the CPU's share last."""
 
     def g(n: int | None) -> str:
-        return "—" if n is None else f"{gib(n):.2f}"
+        return "—" if n is None else size_text(n)
 
     rows = []
     for d in [*plan["devices"], plan["cpu"]]:
@@ -62,7 +71,9 @@ def chart(plan: dict[str, Any]) -> dict[str, Any]:
     """GiB per part and GPU for the stacked bars, capacity as a marker (the shape of vLLM's)."""
     devices = plan["devices"]
     return {
-        "labels": [f"{d['device']} · {d['layers']} blocks" for d in devices],
+        "labels": [
+            f"{d['device']} · {d['layers']} block{'' if d['layers'] == 1 else 's'}" for d in devices
+        ],
         "parts": [
             {"name": name, "gib": [round(d[key] / GIB, 3) for d in devices]} for key, name in PARTS
         ],

@@ -151,6 +151,8 @@ def test_the_plan_endpoint_answers_for_the_two_gpu_target(
     assert len(set(plan["tensor_split"])) == 2 and "chosen by the planner" in plan["split_text"]
     assert [r["device"].split(" · ")[0] for r in plan["rows"]] == ["GPU 0", "GPU 1", "CPU"]
     assert plan["chart"]["capacity_gib"] == [24.0, 16.0]
+    assert plan["rows"][0]["other"] == "0.50 GiB"  # the CUDA context the planner counts
+    assert plan["rows"][2]["weights"].endswith(" KiB")  # a tiny embedding does not read 0.00
     pinned = client.get(
         "/models/plan/gguf/", {"ref": TINY, "gpus": TWO_GPUS, "tensor_split": "1,1"}
     ).json()["plan"]
