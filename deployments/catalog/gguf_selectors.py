@@ -14,7 +14,6 @@ from deployments import planning
 from deployments.catalog import gguf_local
 from deployments.catalog.gguf_hub import GgufChoice, GgufHub, GgufHubError, gguf_choices
 from deployments.catalog.gguf_sources import GgufSource, resolve_gguf
-from deployments.catalog.hub import HubError
 from deployments.catalog.selectors import CatalogCard, human_bytes, session_hub_token
 from deployments.catalog.sources import LOCAL_PREFIX, ModelSourceError
 
@@ -76,11 +75,12 @@ class ChoiceRow:
 def hub_choice_rows(
     hub: GgufHub, repo_id: str, revision: str, picked: str
 ) -> tuple[list[ChoiceRow], GgufChoice | None]:
-    """The repo's quantizations (split files as one) and the one picked by its first file."""
+    """The repo's quantizations (split files as one) and the one picked by its first file;
+    a Hub failure stays a HubError, so the page answers with its status."""
     try:
         choices = gguf_choices(hub.files(repo_id, revision))
-    except (HubError, GgufHubError) as exc:
-        raise ModelSourceError(getattr(exc, "message", str(exc))) from exc
+    except GgufHubError as exc:
+        raise ModelSourceError(str(exc)) from exc
     if not choices:
         raise ModelSourceError(f"{repo_id} holds no GGUF model file.")
     base = f"/models/gguf/{repo_id}/"

@@ -19,6 +19,7 @@ from deployments.catalog.gguf_plan import CACHE_TYPES, GgufOptions, parse_tensor
 from deployments.catalog.hub import HubError
 from deployments.catalog.selectors import human_bytes
 from deployments.catalog.sources import ModelSourceError, check_hub_id
+from deployments.catalog.views import hub_status
 
 SPLIT_MODES = ("layer", "row")
 
@@ -113,6 +114,9 @@ def gguf_hub_model(request: HttpRequest, org: str, name: str) -> HttpResponse:
         rows, choice = gsel.hub_choice_rows(hub, repo_id, revision or "main", picked)
     except ModelSourceError as exc:
         return render(request, "catalog/error.html", {"message": str(exc)}, status=404)
+    except HubError as exc:
+        context = {"message": exc.message, "repo_id": repo_id}
+        return render(request, "catalog/error.html", context, status=hub_status(exc))
     extra: dict[str, Any] = {"repo_id": repo_id, "choices": rows, "choice": choice}
     if choice is None:
         # the repo's files first: the user picks one quantization, then it is planned
@@ -136,7 +140,7 @@ def gguf_plan_api(request: HttpRequest) -> JsonResponse:
     try:
         payload, fits = form.plan(request.session, request.GET.getlist("hosts"))
     except HubError as exc:
-        return _bad(exc.message, 502)
+        return _bad(exc.message, hub_status(exc))
     except (ModelSourceError, planning.PlanningError) as exc:
         return _bad(str(exc))
     response = JsonResponse(payload, status=200 if fits else 422)
