@@ -115,8 +115,8 @@ def gguf_hub_model(request: HttpRequest, org: str, name: str) -> HttpResponse:
     except ModelSourceError as exc:
         return render(request, "catalog/error.html", {"message": str(exc)}, status=404)
     except HubError as exc:
-        context = {"message": exc.message, "repo_id": repo_id}
-        return render(request, "catalog/error.html", context, status=hub_status(exc))
+        failed = {"message": exc.message, "repo_id": repo_id}
+        return render(request, "catalog/error.html", failed, status=hub_status(exc))
     extra: dict[str, Any] = {"repo_id": repo_id, "choices": rows, "choice": choice}
     if choice is None:
         # the repo's files first: the user picks one quantization, then it is planned
