@@ -20,10 +20,10 @@ from deployments.catalog.gguf_plan import (
     parse_tensor_split,
     plan_json,
     plans_json,
+    size_text,
     split_text,
 )
 from deployments.catalog.gguf_read import GgufReadError, local_gguf_spec
-from deployments.planning.units import GIB
 
 
 def add_gguf_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,15 +100,15 @@ def render(
     lines = [
         f"llama.cpp on {best['host']}: {split_text(best)}; -ngl {best['gpu_layers']} of "
         f"{best['layers_total']}; {best['context_cells']} context cells: {verdict}",
-        f"{'device':>8} {'layers':>22} {'weights':>8} {'KV':>7} {'compute':>8} {'other':>7} "
-        f"{'free':>7}  (GiB)",
+        f"{'device':>8} {'layers':>22} {'weights':>10} {'KV':>10} {'compute':>10} "
+        f"{'other':>10} {'free':>10}",
     ]
     for d in [*best["devices"], best["cpu"]]:
         other = d["overhead_bytes"] + d["output_buffer_bytes"]
-        free = f"{d['left_bytes'] / GIB:.2f}" if "left_bytes" in d else "-"
+        free = size_text(d["left_bytes"]) if "left_bytes" in d else "-"
         lines.append(
-            f"{d['device']:>8} {d['layer_span']:>22} {_g(d['weights_bytes']):>8} "
-            f"{_g(d['kv_bytes']):>7} {_g(d['compute_bytes']):>8} {_g(other):>7} {free:>7}"
+            f"{d['device']:>8} {d['layer_span']:>22} {_g(d['weights_bytes']):>10} "
+            f"{_g(d['kv_bytes']):>10} {_g(d['compute_bytes']):>10} {_g(other):>10} {free:>10}"
         )
     if best["partial_offload"]:
         lines.append("cost: " + best["partial_offload"]["text"])
@@ -125,4 +125,4 @@ def render(
 
 
 def _g(n_bytes: int) -> str:
-    return f"{n_bytes / GIB:.2f}"
+    return size_text(n_bytes)

@@ -13,12 +13,13 @@ from deployments.catalog.gguf_plan import (
     plan_json,
     ratios_text,
     share_text,
+    size_text,
     split_text,
 )
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.plan_panel import target_notice
 from deployments.catalog.plan_targets import PlanTarget
-from deployments.planning.units import GIB, MIB, gib
+from deployments.planning.units import GIB
 
 # What-if GPUs by default: one consumer card; the panel offers others, among them two unequal
 # cards over PCIe (the case llama.cpp's -ts ratios are for).
@@ -34,15 +35,6 @@ def gguf_inventory(target: PlanTarget) -> planning.Inventory:
     if target.hosts:
         return target.inventory()
     return planning.one_machine(target.inventory(), name="what-if")
-
-
-def size_text(n_bytes: int) -> str:
-    """GiB with two decimals, and smaller units where that would read 0.00 (a tiny model)."""
-    if abs(n_bytes) >= GIB // 100 or n_bytes == 0:
-        return f"{gib(n_bytes):.2f} GiB"
-    if abs(n_bytes) >= MIB:
-        return f"{n_bytes / MIB:.1f} MiB"
-    return f"{n_bytes / 1024:.1f} KiB"
 
 
 def device_rows(plan: dict[str, Any]) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments import planning
-from deployments.planning.units import gib
+from deployments.planning.units import GIB, MIB, gib
 
 ENGINE = "llama.cpp"
 PARTS = (
@@ -71,6 +71,15 @@ def share_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+def size_text(n_bytes: int) -> str:
+    """GiB with two decimals, and smaller units where that would read 0.00 (a tiny model)."""
+    if abs(n_bytes) >= GIB // 100 or n_bytes == 0:
+        return f"{gib(n_bytes):.2f} GiB"
+    if abs(n_bytes) >= MIB:
+        return f"{n_bytes / MIB:.1f} MiB"
+    return f"{n_bytes / 1024:.1f} KiB"
+
+
 def parse_tensor_split(text: str) -> tuple[float, ...] | None:
     """``-ts`` as llama-server takes it: ``3,2`` or ``60/40``; blank: the planner chooses."""
     text = text.strip()
@@ -89,9 +98,11 @@ def parse_tensor_split(text: str) -> tuple[float, ...] | None:
 
 def _layer_span(layers: tuple[int, ...], block_count: int) -> str:
     blocks = [il for il in layers if il < block_count]
-    text = f"blocks {blocks[0]}–{blocks[-1]}" if len(blocks) > 1 else "no blocks"
-    text = f"block {blocks[0]}" if len(blocks) == 1 else text
-    return text + (" + output" if block_count in layers else "")
+    output = block_count in layers
+    if not blocks:
+        return "output layer" if output else "no blocks"
+    text = f"blocks {blocks[0]}–{blocks[-1]}" if len(blocks) > 1 else f"block {blocks[0]}"
+    return text + (" + output" if output else "")
 
 
 def _device(
