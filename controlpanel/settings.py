@@ -169,6 +169,9 @@ SHARDBOARD_VLLM_BIN = env.env_str("SHARDBOARD_VLLM_BIN", "vllm")
 SHARDBOARD_ENGINE_HOST = env.env_str("SHARDBOARD_ENGINE_HOST", "127.0.0.1")
 SHARDBOARD_READY_TIMEOUT_S = env.env_float("SHARDBOARD_READY_TIMEOUT_S", 1800, low=5, high=86400)
 SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, high=600)
+# Before that SIGTERM: how long a stopping replica, already out of the gateway's rotation, is
+# given to finish the streams it holds (deployments.live.drain); 0: no wait.
+SHARDBOARD_DRAIN_GRACE_S = env.env_float("SHARDBOARD_DRAIN_GRACE_S", 60, low=0, high=3600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
 # A model over several hosts runs on a Ray cluster of its own (deployments.host.ray):
 # `ray` must be the one of vLLM's environment (empty: the `ray` next to SHARDBOARD_VLLM_BIN);
@@ -226,10 +229,20 @@ AUDIT_PROMPTS = env.env_bool("AUDIT_PROMPTS", False)
 AUDIT_SYSLOG_ADDRESS = env.env_str("AUDIT_SYSLOG_ADDRESS", "")
 PLAYGROUND_MAX_TOKENS = env.env_int("PLAYGROUND_MAX_TOKENS", 4096, low=1, high=1_000_000)
 PLAYGROUND_MAX_CONCURRENT = env.env_int("PLAYGROUND_MAX_CONCURRENT", 4, low=1, high=1000)
+# The most concurrent /v1/ requests a token's owner may give it (ApiToken.max_concurrent): an
+# application or eval harness behind one token needs more than a person's browser.
+PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING = env.env_int(
+    "PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING", 64, low=1, high=10_000
+)
 # A /v1/ body past this is answered 413 before it is read (Content-Length) or as soon as it
 # passes the limit (chunked): a long prompt is a few hundred KiB, images inline a few MiB.
 PLAYGROUND_MAX_BODY_BYTES = env.env_int(
     "PLAYGROUND_MAX_BODY_BYTES", 4 * 1024 * 1024, low=1024, high=1024 * 1024 * 1024
+)
+# Prefix-affinity routing over a name's replicas (playground.gateway.routing): c of the load
+# bound, a replica taking at most c times the mean in flight; 0: least loaded only.
+PLAYGROUND_ROUTING_LOAD_FACTOR = env.env_float(
+    "PLAYGROUND_ROUTING_LOAD_FACTOR", 1.25, low=0, high=100
 )
 # Choices per request (`n`, `best_of`): each is a whole generation on the engine.
 PLAYGROUND_MAX_CHOICES = env.env_int("PLAYGROUND_MAX_CHOICES", 8, low=1, high=128)

@@ -43,6 +43,12 @@ class ApiToken(models.Model):
     tokens_per_day_limit = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="tokens per UTC day on /v1/; blank: the global setting"
     )
+    # Requests in flight at once with this token: its own slots, not its owner's per-user ones.
+    max_concurrent = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="concurrent /v1/ requests; blank: PLAYGROUND_MAX_CONCURRENT",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -1,6 +1,8 @@
-"""A token's own /v1/ rate limits: requests per minute and tokens per day, each blank (the
-global setting) or a number. Its owner may set them up to the global ceiling; an admin may set
-any. The gateway reads them with the token (gateway.ratelimit.limits_of)."""
+"""A token's own /v1/ limits: requests per minute, tokens per day and concurrent requests, each
+blank (the global setting) or a number. Its owner may set the rates up to the global ceiling; an
+admin may set any. Concurrency is bounded for everyone by PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING,
+the admin's setting. The gateway reads them with the token (gateway.ratelimit.limits_of,
+gateway.limits.concurrency_of)."""
 
 from __future__ import annotations
 
@@ -31,7 +33,30 @@ def ceilings() -> dict[str, int]:
     }
 
 
-LABELS = {"rpm_limit": "requests per minute", "tokens_per_day_limit": "tokens per day"}
+LABELS = {
+    "rpm_limit": "requests per minute",
+    "tokens_per_day_limit": "tokens per day",
+    "max_concurrent": "concurrent requests",
+}
+
+
+def concurrency_ceiling() -> int:
+    return int(settings.PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING)
+
+
+def parse_concurrency(raw: Any) -> int | None:
+    """Blank: None (PLAYGROUND_MAX_CONCURRENT); else 1 to the admin's ceiling, for everyone."""
+    text = str(raw if raw is not None else "").strip()
+    if not text:
+        return None
+    top = concurrency_ceiling()
+    if not text.isdigit() or not 1 <= int(text) <= top:
+        raise LimitError(
+            f"max_concurrent: give {LABELS['max_concurrent']} as a whole number from 1 to {top:,} "
+            "(PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING), or leave it blank for "
+            f"{settings.PLAYGROUND_MAX_CONCURRENT}."
+        )
+    return int(text)
 
 
 def parse(raw: Any, field: str) -> int | None:
@@ -68,6 +93,7 @@ def limits_set(
     token_id: int,
     rpm_limit: int | None,
     tokens_per_day_limit: int | None,
+    max_concurrent: int | None = None,
     request: HttpRequest | None = None,
 ) -> ApiToken:
     """Set a token's limits: its owner's token, or any token for an admin. Other web
@@ -80,8 +106,11 @@ def limits_set(
         raise LimitError("No such active token of yours.")
     wanted = {"rpm_limit": rpm_limit, "tokens_per_day_limit": tokens_per_day_limit}
     check(user, wanted)
+    if max_concurrent is not None and not 1 <= max_concurrent <= concurrency_ceiling():
+        raise LimitError(f"max_concurrent: at most {concurrency_ceiling():,} for any token.")
     token.rpm_limit, token.tokens_per_day_limit = rpm_limit, tokens_per_day_limit
-    token.save(update_fields=["rpm_limit", "tokens_per_day_limit"])
+    token.max_concurrent = max_concurrent
+    token.save(update_fields=["rpm_limit", "tokens_per_day_limit", "max_concurrent"])
     digest = token.token_hash
     transaction.on_commit(lambda: token_callers.forget(digest))
     audit_record(
@@ -94,6 +123,7 @@ def limits_set(
             "owner": token.user.get_username(),
             "requests_per_minute": rpm_limit,
             "per_day": tokens_per_day_limit,
+            "max_concurrent": max_concurrent,
         },
         request=request,
     )
@@ -109,4 +139,7 @@ def effective(token: ApiToken) -> dict[str, str]:
             out[field] = f"{own:,}"
         else:
             out[field] = f"{ceiling:,} (global)" if ceiling else "none (global)"
+    own_slots = token.max_concurrent
+    default_slots = settings.PLAYGROUND_MAX_CONCURRENT
+    out["max_concurrent"] = f"{own_slots:,}" if own_slots else f"{default_slots} (global)"
     return out

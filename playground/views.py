@@ -97,6 +97,7 @@ def tokens_index(request: HttpRequest) -> HttpResponse:
         "tokens": shown_tokens,
         "rows": [(t, token_limits.effective(t)) for t in shown_tokens],
         "ceilings": token_limits.ceilings(),
+        "concurrency_ceiling": token_limits.concurrency_ceiling(),
         "api_base": request.build_absolute_uri("/api/v1/"),
     }
     return render(request, "playground/tokens.html", context, status=400 if form.errors else 200)
@@ -124,6 +125,7 @@ def tokens_limits(request: HttpRequest, token_id: int) -> HttpResponse:
             tokens_per_day_limit=token_limits.parse(
                 request.POST.get("tokens_per_day_limit"), "tokens_per_day_limit"
             ),
+            max_concurrent=token_limits.parse_concurrency(request.POST.get("max_concurrent")),
             request=request,
         )
     except token_limits.LimitError as exc:
@@ -133,7 +135,8 @@ def tokens_limits(request: HttpRequest, token_id: int) -> HttpResponse:
         messages.success(
             request,
             f"Limits of {token.name}: {shown['rpm_limit']} requests per minute, "
-            f"{shown['tokens_per_day_limit']} tokens per day.",
+            f"{shown['tokens_per_day_limit']} tokens per day, "
+            f"{shown['max_concurrent']} concurrent requests.",
         )
     return redirect("tokens")
 

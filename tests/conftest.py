@@ -22,6 +22,7 @@ from tests.support.live_server import (
 )
 from tests.support.personas import make_user
 from tests.support.private_redis import PrivateRedis
+from tests.support.waiting import BROWSER_WAIT_MS
 from tests.support.workers import WorkerProcess, spawn_worker
 
 
@@ -84,7 +85,11 @@ def asgi_server(transactional_db: None, settings: Any) -> Iterator[LiveServer]:
 def chromium() -> Iterator[Any]:
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh --test installs Debian's chromium")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    # Every Playwright wait of every test gets the one bound of tests/support/waiting.py:
+    # expect()'s own default (5 s) fails a page that is merely slow on a loaded machine.
+    expect.set_options(timeout=BROWSER_WAIT_MS)
 
     # Playwright's sync API keeps an event loop on this thread; the ORM calls that tests make
     # between browser steps are still plain synchronous calls.
@@ -110,7 +115,7 @@ def chromium() -> Iterator[Any]:
 @pytest.fixture
 def page(chromium: Any) -> Iterator[Any]:
     context = chromium.new_context()
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(BROWSER_WAIT_MS)  # page waits, navigations included
     tab = context.new_page()
     yield tab
     context.close()

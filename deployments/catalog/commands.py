@@ -1,9 +1,11 @@
-"""The copy-paste commands of a plan: `vllm serve`, `docker run` and a Kubernetes Deployment."""
+"""The copy-paste commands of a plan: `vllm serve`, `docker run` and a Kubernetes Deployment;
+for a GGUF plan, `llama-server` and its `docker run`."""
 
 from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from deployments import planning
@@ -11,6 +13,10 @@ from deployments.catalog.sources import ModelSource
 from deployments.handoff import snapshot
 
 HF_CACHE = "/root/.cache/huggingface"
+# llama.cpp's own server images (its docs/docker.md); the entrypoint is llama-server.
+LLAMA_IMAGE_GPU = "ghcr.io/ggml-org/llama.cpp:server-cuda"
+LLAMA_IMAGE_CPU = "ghcr.io/ggml-org/llama.cpp:server"
+LLAMA_PORT = 8080  # llama-server's default
 
 
 COMMAND_TITLES = (
@@ -20,9 +26,16 @@ COMMAND_TITLES = (
 )
 
 
+LLAMA_COMMAND_TITLES = (
+    ("llamacpp", "llama-server"),
+    ("docker", "docker run"),
+)
+
+
 def command_blocks(payload: dict[str, Any]) -> list[tuple[str, str, str]]:
     commands = (payload.get("plan") or {}).get("commands", {})
-    return [(key, title, commands.get(key, "")) for key, title in COMMAND_TITLES]
+    titles = LLAMA_COMMAND_TITLES if "llamacpp" in commands else COMMAND_TITLES
+    return [(key, title, commands.get(key, "")) for key, title in titles]
 
 
 def plan_argv(p: planning.Plan, source: ModelSource) -> list[str]:
@@ -110,3 +123,23 @@ def k8s_manifest(
         lines.append(f"            - {{name: model, mountPath: {q(_container_model(source))}}}")
         volumes.append(f"        - {{name: model, hostPath: {{path: {q(source.engine_model)}}}}}")
     return "\n".join([*lines, "      volumes:", *volumes]) + "\n"
+
+
+def llama_argv(plan: snapshot.PlanSnapshot, gguf_path: str) -> list[str]:
+    """The plan's `llama-server` line: the adapter's own renderer, as the host spawns it."""
+    return list(snapshot.planned_command(plan, "llamacpp", model=gguf_path))
+
+
+def llama_docker_line(argv: Sequence[str], gguf_path: str, gpus: Sequence[int]) -> str:
+    """`docker run` of llama.cpp's server image on the plan's GPUs (none: the CPU image), the
+    GGUF's folder mounted read-only; inside a container it must listen on every address."""
+    folder, _, name = gguf_path.rpartition("/")
+    args = [f"/models/{name}" if a == gguf_path else a for a in argv[1:]]
+    cmd = ["docker", "run", "--rm"]
+    if gpus:
+        cmd += ["--gpus", f'"device={",".join(str(i) for i in gpus)}"']
+    cmd += ["-p", f"{LLAMA_PORT}:{LLAMA_PORT}", "-v", f"{folder or '.'}:/models:ro"]
+    cmd += ["--env", "LLAMA_API_KEY"]  # passed through from the caller's environment
+    cmd.append(LLAMA_IMAGE_GPU if gpus else LLAMA_IMAGE_CPU)
+    listen = ["--host", "0.0.0.0", "--port", str(LLAMA_PORT)]  # noqa: S104 - in the container
+    return shlex.join([*cmd, *args, *listen])

@@ -20,6 +20,7 @@ from deployments.engines.base import (
     mask_argv,
     mask_env,
 )
+from deployments.engines.llamacpp import LlamaServerAdapter
 from deployments.engines.transformers_serve import TransformersAdapter
 from deployments.engines.vllm import VllmAdapter
 
@@ -29,6 +30,7 @@ __all__ = [
     "EngineAdapter",
     "EngineCommand",
     "LaunchSpec",
+    "LlamaServerAdapter",
     "ReadinessProbe",
     "TransformersAdapter",
     "UnsupportedSpec",
@@ -44,6 +46,7 @@ __all__ = [
 _FACTORIES: dict[str, Callable[[], EngineAdapter]] = {
     "vllm": VllmAdapter,
     "transformers": TransformersAdapter,
+    "llamacpp": LlamaServerAdapter,
 }
 
 
@@ -64,6 +67,7 @@ def get_adapter(name: str) -> EngineAdapter:
 _PLAIN: dict[str, Callable[[], EngineAdapter]] = {
     "vllm": lambda: VllmAdapter("vllm"),
     "transformers": lambda: TransformersAdapter("transformers"),
+    "llamacpp": lambda: LlamaServerAdapter("llama-server"),
 }
 
 

@@ -49,6 +49,16 @@ class LaunchSpec:
     device: Device = "cuda"
     hf_offline: bool = True  # True for local folders; a Hub model downloads its weights
     hf_token: str | None = field(default=None, repr=False)  # given as HF_TOKEN, masked when stored
+    # llama-server's placement (deployments.engines.llamacpp); None leaves the adapter's rule.
+    n_gpu_layers: int | None = None  # None: every layer ("all")
+    split_mode: str | None = None  # none | layer | row | tensor
+    tensor_split: tuple[float, ...] = ()  # one share per leased GPU, in lease order
+    main_gpu: int | None = None  # an index into the leased GPUs (split mode none or row)
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: str | None = None  # on | off | auto
+    n_parallel: int | None = None  # server slots; None: max_num_seqs
+    ubatch: int | None = None  # -ub: the physical batch, which sizes the compute buffer
     extra_args: tuple[str, ...] = ()
     extra_env: tuple[tuple[str, str], ...] = ()
     owner: str = ""  # the OWNER_ENV value; "" only where no worker will look for it again

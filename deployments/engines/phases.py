@@ -1,7 +1,7 @@
 """The steps of an engine's start, recognised from its output lines. Pure: lines in, steps out.
 
-The patterns are vLLM 0.33's and transformers 5.23's own log strings (the vLLM source is cited
-at each one; transformers' from a recorded start of `transformers serve` on CPU). Steps only
+The patterns are vLLM 0.33's, transformers 5.23's and llama-server b11434's own log strings (the
+vLLM source is cited at each one; the others' from recorded starts on CPU). Steps only
 move forward: a line of an earlier step seen late (vLLM's workers log in parallel) changes
 nothing. The last step, ready, is not read from the log: the readiness probe decides it.
 """
@@ -40,6 +40,11 @@ _RULES = (
     # "[transformers] Loading <model>" first (cli/serving/model_manager.py:330)
     _Rule(LOADING, re.compile(r"^Loading weights" + _BAR)),
     _Rule(LOADING, re.compile(r"^\[transformers\] Loading \S")),
+    # llama-server: "srv    load_model: loading model '<path>'", then "load_tensors: loading
+    # model tensors, this can take a while..." (startup_logs/llamacpp_b11434_cpu.log)
+    _Rule(LOADING, re.compile(r"load_model: loading model '|load_tensors: loading model tensors")),
+    # llama-server: the KV cache and compute buffers are sized once the weights are in
+    _Rule(PROFILING, re.compile(r"llama_context: constructing llama_context|sched_reserve: ")),
     # vllm/model_executor/model_loader/default_loader.py:507 "Loading weights took %.2f seconds",
     # vllm/v1/worker/gpu_model_runner.py:5089 "Model loading took %s GiB memory and %.6f seconds"
     _Rule(PROFILING, re.compile(r"Model loading took |Loading weights took ")),
@@ -50,11 +55,13 @@ _RULES = (
     # vllm/v1/engine/core.py:396-413 "init engine (profile, create kv cache, warmup model) took"
     # vllm/entrypoints/launchers/api_server/entry.py:139 "Starting vLLM server on %s"
     # uvicorn (both engines): "Application startup complete."
+    # llama-server: "warming up the model with an empty run", then "llama_server: model loaded"
     _Rule(
         WARMING_UP,
         re.compile(
             r"Graph capturing finished in |init engine \(profile, create kv cache, warmup model\)"
             r"|Starting vLLM server on |Application startup complete\."
+            r"|warming up the model with an empty run|llama_server: model loaded"
         ),
     ),
 )

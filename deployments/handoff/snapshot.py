@@ -38,6 +38,20 @@ _FIGURE_KEYS = (
 )
 
 
+# The EngineArgs only llama-server reads, passed to the LaunchSpec under the same names.
+LLAMACPP_ARGS = (
+    "n_gpu_layers",
+    "split_mode",
+    "tensor_split",
+    "main_gpu",
+    "cache_type_k",
+    "cache_type_v",
+    "flash_attn",
+    "n_parallel",
+    "ubatch",
+)
+
+
 class SnapshotError(ValueError):
     """A stored plan of a version this code does not know (written by a newer release)."""
 
@@ -83,6 +97,16 @@ class EngineArgs:
     block_size: int | None = None
     enforce_eager: bool = False
     spans_hosts: bool = False  # vLLM's Ray executor places the stages on several hosts
+    # llama-server's placement (engines.llamacpp); None: the adapter's rule, () for an even -ts
+    n_gpu_layers: int | None = None
+    split_mode: str | None = None
+    tensor_split: tuple[float, ...] = ()
+    main_gpu: int | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: str | None = None
+    n_parallel: int | None = None
+    ubatch: int | None = None
 
     @property
     def gpus_per_replica(self) -> int:
@@ -145,13 +169,16 @@ class PlanSnapshot:
             "block_size": e.block_size,
             "enforce_eager": e.enforce_eager,
             "spans_hosts": e.spans_hosts,
+            **{name: getattr(e, name) for name in LLAMACPP_ARGS},
         }
         return LaunchSpec(**{**settings, **facts})
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
-            "engine_args": {f.name: getattr(self.engine_args, f.name) for f in fields(EngineArgs)},
+            "engine_args": {
+                f.name: _plain(getattr(self.engine_args, f.name)) for f in fields(EngineArgs)
+            },
             "model_ref": self.model_ref,
             "request": dict(self.request),
             "gpus": [[{"host": g.host, "index": g.index} for g in r] for r in self.gpus],
@@ -175,7 +202,9 @@ class PlanSnapshot:
             return _from_v1(data)
         if version != VERSION:
             raise SnapshotError(f"plan snapshot version {version} is newer than this code")
-        args = data["engine_args"]
+        args = dict(data["engine_args"])
+        if "tensor_split" in args:  # a JSON list
+            args["tensor_split"] = tuple(float(x) for x in args["tensor_split"] or ())
         engine_args = EngineArgs(
             **{f.name: args[f.name] for f in fields(EngineArgs) if f.name in args}
         )
@@ -204,7 +233,11 @@ def planned_command(
     """The command a user runs for this plan: the engine adapter's own renderer, the one the
     host spawns with, less what only the host knows (served name, address, port, key)."""
     spec = plan.launch_spec(
-        deployment_id="planned", model=model, port=8000, revision=revision or None
+        deployment_id="planned",
+        model=model,
+        port=8000,
+        revision=revision or None,
+        gpu_indices=plan.gpu_indices,  # llama-server's -ts has one share per GPU
     )
     return planned_argv(engine, spec)
 
@@ -232,6 +265,11 @@ def _common(data: Mapping[str, Any]) -> dict[str, Any]:
         "warnings": tuple(data.get("warnings") or ()),
         "tight_reasons": tuple(data.get("tight_reasons") or ()),
     }
+
+
+def _plain(value: Any) -> Any:
+    """JSON's own types: a tuple is stored as the list it reads back as."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _maybe(kind: type, value: Any) -> Any:

@@ -8,6 +8,8 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from deployments.host import diagnosis_llamacpp as llamacpp
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _EXCEPTION_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)):\s*(.+)")
 
@@ -113,6 +115,7 @@ def _rule(code: str, title: str, pattern: str, explain: Explain) -> _Rule:
 
 # Most specific first: a wrapper ("Engine core initialization failed") sits below its cause.
 RULES: tuple[_Rule, ...] = (
+    *(_rule(*rule) for rule in llamacpp.RULES),
     _rule(
         "vllm_missing",
         "vLLM is not installed on this host",
@@ -260,6 +263,7 @@ RULES: tuple[_Rule, ...] = (
             "Lower --gpu-memory-utilization, --max-num-seqs or --max-model-len, or use more GPUs.",
         ),
     ),
+    _rule(*llamacpp.LOAD_FAILED),
 )
 
 _ENGINE_CORE_FAILED = re.compile(r"Engine core initialization failed")
@@ -329,7 +333,10 @@ def signal_name(number: int) -> str:
 
 def diagnose_spawn_error(error: OSError, executable: str) -> Diagnosis:
     """An engine that could not even be exec'd (spawn raised) gets a diagnosis too."""
-    if isinstance(error, FileNotFoundError) and "vllm" in executable.lower():
+    if isinstance(error, FileNotFoundError) and "llama-server" in executable:
+        code, title = "llama_server_missing", "llama-server is not installed on this host"
+        fix = "Build it with scripts/llama.sh, or point SHARDBOARD_LLAMA_SERVER_BIN at one."
+    elif isinstance(error, FileNotFoundError) and "vllm" in executable.lower():
         code, title = "vllm_missing", "vLLM is not installed on this host"
         fix = "Install vLLM in its own venv on the host and point SHARDBOARD_VLLM_BIN at it."
     elif isinstance(error, FileNotFoundError):

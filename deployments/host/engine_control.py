@@ -13,6 +13,7 @@ from django.conf import settings
 from controlpanel.audit import audit_record
 from deployments.catalog.sources import LOCAL_PREFIX
 from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
+from deployments.engines.llamacpp_memory import visible_order
 from deployments.handoff import sealed
 from deployments.host import diagnosis, launchphases, logship, restart_policy, transitions, turns
 from deployments.host import supervisor as sv
@@ -21,6 +22,7 @@ from deployments.host.downloads import fetching
 from deployments.host.owner import engine_owner
 from deployments.host.probes import smoke_test, wait_ready
 from deployments.host.ray import cluster
+from deployments.live import drain
 from deployments.models import Deployment, Engine, Status
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,8 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
     reaching the Hub itself."""
     plan = d.snapshot
     leases = d.leases.filter(active=True, gpu__host=d.host).select_related("gpu")
-    indices = tuple(lease.gpu.index for lease in leases)
+    # CUDA0 is the first GPU CUDA_VISIBLE_DEVICES names: llama-server's -ts shares follow it.
+    indices = visible_order(plan.gpu_indices, [lease.gpu.index for lease in leases])
     spans = d.spans_hosts
     # Over several hosts it is vLLM on Ray even on simulated GPUs (a test engine stands in).
     simulated = d.host.simulated and not spans
@@ -50,7 +53,7 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         "host": settings.SHARDBOARD_ENGINE_HOST,
         "revision": revision,
         "served_model_name": d.name,
-        "api_key": d.engine_api_key() if d.engine == Engine.VLLM else None,
+        "api_key": d.engine_api_key() if get_adapter(d.engine).supports_api_key else None,
         "gpu_indices": () if simulated else indices,
         "spans_hosts": spans,
         "ray_address": cluster.head_address(d) if spans else None,
@@ -63,9 +66,29 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
     }
     if simulated:
         facts |= {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
-    if d.engine != Engine.VLLM:
+    if d.engine == Engine.LLAMACPP:
+        facts |= _llamacpp(simulated)
+    elif d.engine != Engine.VLLM:
         facts |= _beside_vllm(plan.request)
     return plan.launch_spec(**facts)
+
+
+def _llamacpp(simulated: bool) -> dict[str, Any]:
+    """llama-server takes the plan's -c, -np and its own placement; vLLM's knobs mean
+    nothing to it. On a simulated host it runs on the CPU, so no GPU placement applies."""
+    facts: dict[str, Any] = {
+        "gpu_memory_utilization": None,
+        "max_num_batched_tokens": None,
+        "dtype": None,
+        "quantization": None,
+        "kv_cache_dtype": None,
+        "decode_context_parallel_size": None,
+        "block_size": None,
+        "enforce_eager": False,
+    }
+    if simulated:
+        facts |= {"n_gpu_layers": None, "split_mode": None, "tensor_split": (), "main_gpu": None}
+    return facts
 
 
 def _beside_vllm(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -295,6 +318,9 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
     if recorder := launchphases.current(d.pk):
         logship.catch_up(d.pk)  # the lines that led to ready are read before it is recorded
         recorder.ready()
+    # A drain mark left under this id (a database whose ids started again, a drain whose stop
+    # never came) must not keep a running engine out of the gateway's rotation.
+    drain.drain_end([d.pk])
     retried(
         lambda: transitions.move(
             d,
@@ -327,7 +353,11 @@ def stop(deployment_id: int) -> dict[str, Any]:
     if recorder := launchphases.current(d.pk):
         recorder.close()
     result = None
+    drained = None
     if d.pgid:
+        # Out of the gateway's rotation and its streams finished (bounded) before SIGTERM:
+        # a stop or scale-down cuts no answer the gateway admitted before it began.
+        drained = drain.drain_replica(d.pk)
         result = sv.stop(
             d.pgid,
             settings.SHARDBOARD_STOP_GRACE_S,
@@ -336,11 +366,13 @@ def stop(deployment_id: int) -> dict[str, Any]:
         )
         sv.reap_children()
     logship.finish(d, Path(d.log_path) if d.log_path else None)
-    transitions.move(d, Status.STOPPED, _stop_reason(result), release_leases=True, restart_at=None)
+    reason = _stop_reason(result, drained)
+    transitions.move(d, Status.STOPPED, reason, release_leases=True, restart_at=None)
     return {"stopped": d.pk}
 
 
-def _stop_reason(result: sv.StopResult | None) -> str:
+def _stop_reason(result: sv.StopResult | None, drained: drain.Drained | None) -> str:
     if result is None or not result.was_running:
         return "stopped (no engine process was running)"
-    return f"engine stopped with {result.signal_sent} in {result.duration_s:.1f} s"
+    stopped = f"engine stopped with {result.signal_sent} in {result.duration_s:.1f} s"
+    return f"{drained.describe()}; {stopped}" if drained else stopped

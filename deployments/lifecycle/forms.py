@@ -9,7 +9,7 @@ from django.conf import settings
 
 from deployments import planning
 from deployments.lifecycle import limits
-from deployments.lifecycle.services import LaunchRequest
+from deployments.lifecycle.services import LAUNCHABLE_ENGINES, LaunchRequest
 from deployments.models import Engine
 from deployments.planning.search.request import MAX_REPLICAS
 from monitoring.models import Host
@@ -30,7 +30,9 @@ class LaunchForm(forms.Form):
     model_ref = forms.CharField(max_length=300, label="Model (Hub id or local:<root>/<path>)")
     revision = forms.CharField(max_length=100, required=False)
     host = forms.ChoiceField(choices=_host_choices)
-    engine = forms.ChoiceField(choices=Engine.choices, initial=Engine.VLLM)
+    engine = forms.ChoiceField(
+        choices=[(e.value, e.label) for e in LAUNCHABLE_ENGINES], initial=Engine.VLLM
+    )
     tensor_parallel_size = forms.IntegerField(min_value=1, max_value=64, required=False)
     pipeline_parallel_size = forms.IntegerField(min_value=1, max_value=64, required=False)
     max_model_len = forms.IntegerField(min_value=1, required=False)

@@ -3,7 +3,8 @@
 Up: the launch's own path (the planner on the host's free GPUs, pinned to the first replica's
 layout; the same locked reservation; one ``deployments.launch`` per new row on commit). Every
 new replica runs the first one's command and reserves its bytes per GPU, as at launch.
-Down: the highest-index replicas stop (as a stop does) and are retired: their rows stay, with
+Down: the highest-index replicas leave the gateway's rotation, are drained and stop (as a stop
+does: deployments.live.drain) and are retired: their rows stay, with
 their history, but no longer count in the deployment's state (``Deployment.group``).
 """
 
@@ -33,6 +34,7 @@ from deployments.lifecycle.services import (
     require_role,
     reserve_gpus,
 )
+from deployments.live import drain
 from deployments.models import ACTIVE, Deployment, Status
 from teams import membership
 
@@ -91,6 +93,8 @@ def _scale_down(
         row.save(update_fields=["retired"])
     _remember_asked(first, replicas)
     _audit(user, first, len(live), replicas, [r.pk for r in going], http_request)
+    # Out of the gateway's rotation at once; the host worker drains them before SIGTERM.
+    transaction.on_commit(partial(drain.drain_begin, [r.pk for r in going]))
     for row in going:
         transaction.on_commit(partial(enqueue, "deployments.stop", row, [row]))
     return first

@@ -12,6 +12,7 @@ from django.http import QueryDict
 from controlpanel.models import AuditEvent
 from deployments.catalog.selectors import concurrency_text
 from deployments.handoff.snapshot import PlanSnapshot
+from deployments.lifecycle.engine_memory import engine_memory_table
 from deployments.lifecycle.launchphases import launch_steps
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
@@ -141,6 +142,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "leases": deployment.leases.select_related("gpu"),
         "planned": planned_memory(deployment),
         "memory": memory_table(deployment),
+        "engine_memory": engine_memory_table(deployment),
         "shares": share_table(deployment),
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,

@@ -28,6 +28,7 @@ from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
+from deployments.live import drain
 from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
 from monitoring.models import Host
 from teams import membership
@@ -114,9 +115,23 @@ def choose_plan(
     return best, spec
 
 
+# llama.cpp has an adapter, a planner and copy-paste lines, but a launch does not yet turn a
+# GGUF plan into its snapshot (issue 31): until it does, a launch asks for one of these.
+LAUNCHABLE_ENGINES = (Engine.VLLM, Engine.TRANSFORMERS)
+
+
+def _check_engine(engine: str) -> None:
+    if engine == Engine.LLAMACPP:
+        raise DeploymentError(
+            "Launching on llama.cpp is not available yet: a GGUF model's page shows its "
+            "llama.cpp plan and the llama-server command to run by hand; launch vllm or "
+            "transformers here."
+        )
+    if engine not in LAUNCHABLE_ENGINES:
+        raise DeploymentError(f"Unknown engine {engine!r}; choose vllm or transformers.")
+
+
 def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
-    if request.engine not in Engine.values:
-        raise DeploymentError(f"Unknown engine {request.engine!r}; choose vllm or transformers.")
     if host.simulated:
         return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (cpu_hub)
     return request.engine
@@ -161,6 +176,7 @@ def deployment_create(
     except membership.TeamError as exc:
         raise DeploymentError(str(exc)) from exc
     name = _check_name(request.name)
+    _check_engine(request.engine)
     host = online_host(request.host_name)
     try:
         source = resolve_source(request.model_ref, request.revision)
@@ -346,6 +362,8 @@ def stop_rows(
             **({"reason": why} if why else {}),
         },
     )
+    # Out of the gateway's rotation at once, before the host worker gets the stop and drains.
+    transaction.on_commit(partial(drain.drain_begin, [r.pk for r in live]))
     for row in live:
         transaction.on_commit(partial(_enqueue, "deployments.stop", row, [row, first]))
     return first

@@ -58,6 +58,7 @@ class Engine(models.TextChoices):
 
     VLLM = "vllm", "vLLM"
     TRANSFORMERS = "transformers", "Transformers"
+    LLAMACPP = "llamacpp", "llama.cpp"
 
 
 class Deployment(models.Model):

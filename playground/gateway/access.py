@@ -40,6 +40,8 @@ class Caller:
     # The token's expiry (epoch seconds), checked on every use: an expiry is known in advance,
     # so unlike a revocation it needs no age bound of the cache to take effect.
     expires_ts: float | None = None
+    # The token's own concurrent-request limit (ApiToken.max_concurrent); None: the setting.
+    max_concurrent: int | None = None
 
 
 def auth_cache_s() -> float:
@@ -107,7 +109,14 @@ def _caller(request: HttpRequest, *, csrf: bool) -> Caller:
                 403, "permission_denied", "this API token lacks the 'infer' scope that /v1/ needs"
             )
         expires_ts = token.expires_at.timestamp() if token.expires_at else None
-        return Caller(token.user, "token", token.rpm_limit, token.tokens_per_day_limit, expires_ts)
+        return Caller(
+            token.user,
+            "token",
+            token.rpm_limit,
+            token.tokens_per_day_limit,
+            expires_ts,
+            token.max_concurrent,
+        )
     user = session_user(request)
     if not user.is_authenticated:
         raise AccessError(

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.conf import settings
@@ -54,10 +54,6 @@ class GatewayHandler(ASGIHandler):
             match = resolver.resolve(route)
             if iscoroutinefunction(match.func):  # called directly in _lean, with no arguments
                 self._matches[route] = match
-
-    if TYPE_CHECKING:  # Django's BaseHandler has it; django-stubs leaves it out
-
-        async def _get_response_async(self, request: HttpRequest) -> HttpResponseBase: ...
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         # No per-request ThreadSensitiveContext: it starts a thread for every request only to
@@ -180,11 +176,9 @@ class GatewayHandler(ASGIHandler):
         await send({"type": "http.response.body"})
 
     def load_middleware(self, is_async: bool = False) -> None:
-        self._view_middleware: list[Any] = []
-        self._template_response_middleware: list[Any] = []
-        self._exception_middleware: list[Any] = []
+        """No middleware: the chain is _lean alone (ASGIHandler.__init__ calls this)."""
         # A coroutine function stays one: convert_exception_to_response wraps it in another.
-        self._middleware_chain = cast(
+        self._chain = cast(
             "Callable[[HttpRequest], Awaitable[HttpResponseBase]]",
             convert_exception_to_response(self._lean),
         )
@@ -193,7 +187,7 @@ class GatewayHandler(ASGIHandler):
         """Django's, less its set_urlconf(ROOT_URLCONF): a gateway request runs in a task of
         its own that starts with none set, and the URLconf is set where Django's resolver or
         its error views need it (in _lean)."""
-        response = await self._middleware_chain(request)
+        response = await self._chain(request)
         response._resource_closers.append(request.close)  # type: ignore[attr-defined]  # Django's, not in its stubs
         if response.status_code >= 400:
             await sync_to_async(log_response, thread_sensitive=False)(
@@ -209,17 +203,25 @@ class GatewayHandler(ASGIHandler):
         try:
             _check_host(request)  # DisallowedHost → 400, as CommonMiddleware would answer
             match = self._matches.get(request.path_info)
-            if match is None:  # not one of the views: Django answers (404, a slash, …)
+            if match is None:  # not a fixed view: resolved here, or Resolver404 (→ 404 below)
                 set_urlconf(URLCONF)
-                response = await self._get_response_async(request)
-            else:
-                request.resolver_match = match
-                response = await match.func(request)
-                self.check_response(response, match.func)  # as Django would: not None
+                match = get_resolver(URLCONF).resolve(request.path_info)
+            request.resolver_match = match
+            response = await _call_view(match, request)
+            self.check_response(response, match.func)  # as Django would: not None
         except Exception as exc:  # Django logs it and picks the status; the body is an API's
             set_urlconf(URLCONF)  # the gateway's error views
             response = as_api_error(response_for_exception(request, exc))
         return _secured(response)
+
+
+async def _call_view(match: ResolverMatch, request: HttpRequest) -> HttpResponseBase:
+    """The view called as Django's handler calls it, through public API only (a view that is
+    not a coroutine function runs in Django's request thread, as Django runs it)."""
+    view = match.func
+    if not iscoroutinefunction(view):
+        view = sync_to_async(view, thread_sensitive=True)
+    return cast("HttpResponseBase", await view(request, *match.args, **match.kwargs))
 
 
 def _secured(response: HttpResponseBase) -> HttpResponseBase:

@@ -84,6 +84,9 @@ class TtlCache(Generic[K, V]):
 
     async def _load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
         this = asyncio.current_task()
+        # The age counts from the read, not from its end: a load that waited for a busy
+        # database thread would otherwise keep what it read for longer than ttl_s.
+        read_s = self._clock()
         try:
             value = await load()
         except BaseException:
@@ -94,17 +97,18 @@ class TtlCache(Generic[K, V]):
             if current:
                 self._loading.pop(key)
         if current:  # not forgotten meanwhile: a load that read before a revocation is not kept
-            self.put(key, value)
+            self.put(key, value, read_s=read_s)
         return value
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V, *, read_s: float | None = None) -> None:
+        """Keep `value`, read at `read_s` (now by default), until ttl_s after that read."""
         ttl_s = self._ttl_s()
         if ttl_s <= 0:
             return
         if len(self._entries) >= self._max_entries:
             self._evict()
-        now_s = self._clock()
-        self._entries[key] = (now_s + ttl_s * REFRESH_AFTER, now_s + ttl_s, value)
+        since_s = self._clock() if read_s is None else read_s
+        self._entries[key] = (since_s + ttl_s * REFRESH_AFTER, since_s + ttl_s, value)
 
     def forget(self, key: K) -> None:
         """Dropped now, and whatever a load in flight reads is not kept."""

@@ -1,4 +1,5 @@
-"""Per-user concurrency slots in Redis, shared by every web process.
+"""Concurrency slots in Redis, shared by every web process: per user for the browser, per API
+token for a token (its own limit, so an application behind one token is not held to a person's).
 
 A slot is a member of a sorted set scored by its expiry time, so a slot that a crashed process
 never released stops counting once it expires (TTL safety), without a periodic sweeper.
@@ -75,6 +76,21 @@ def slot_key(user_id: int) -> str:
     return f"shardboard:playground:slots:{user_id}"
 
 
+def token_slot_key(bearer_id: str) -> str:
+    return f"shardboard:gateway:token-slots:{bearer_id}"
+
+
+def concurrency_of(
+    *, user_id: int, bearer_id: str, token_limit: int | None, default: int, ceiling: int
+) -> tuple[str, int]:
+    """The slots a request counts against and their limit: the token's own (its limit, else
+    the default, never past the admin's ceiling, which may have dropped since it was set), or
+    the user's for a session."""
+    if not bearer_id:
+        return slot_key(user_id), default
+    return token_slot_key(bearer_id), min(token_limit or default, ceiling)
+
+
 @dataclass(frozen=True, slots=True)
 class Slot:
     key: str
@@ -90,12 +106,12 @@ class Slot:
             logger.warning("playground slot %s not released (expires by TTL): %s", self.key, exc)
 
 
-async def slot_acquire(user_id: int, *, limit: int, ttl_s: float) -> Slot | None:
-    """A slot, or None when the user already holds `limit` of them.
+async def slot_acquire(key: str, *, limit: int, ttl_s: float) -> Slot | None:
+    """A slot under `key` (slot_key, token_slot_key), or None when `limit` are already held.
 
     Redis down: the request goes ahead unlimited (logged), as the rest of the panel does.
     """
-    key, member = slot_key(user_id), os.urandom(8).hex()
+    member = os.urandom(8).hex()
     # In a task of its own: redis-py finishes a command already sent even when its caller is
     # cancelled, and the caller (a client that went away) must not wait for it.
     acquiring = asyncio.ensure_future(_acquire(key, limit, ttl_s, member))

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from playground.gateway import balance, limits, ratelimit, sse
+from playground.gateway import balance, limits, ratelimit, routing, sse
 from playground.gateway.access import AccessError
 from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
 from playground.gateway.asgi import RelayResponse
@@ -54,7 +54,7 @@ async def gateway(request: HttpRequest, kind: Kind) -> HttpResponseBase:
         await recorder.record_and_wait(Outcome("rate_limited", 429, error=rated.message))
         return ratelimit.refusal_response(rated)
     if slot is None:
-        return await _refuse_busy(recorder)
+        return await _refuse_busy(recorder, _slots_of(exchange)[1])
     holds = Holds(slot)
     try:
         return await _forward(recorder, holds)
@@ -74,9 +74,8 @@ async def _admit_in_redis(
     """The rate limits' answer and a concurrency slot: with rate limits on, both asked of Redis
     side by side (one round trip of waiting, not two)."""
     user_id = exchange.caller.user.pk
-    acquiring = limits.slot_acquire(
-        user_id, limit=settings.PLAYGROUND_MAX_CONCURRENT, ttl_s=stream_max_s()
-    )
+    key, limit = _slots_of(exchange)
+    acquiring = limits.slot_acquire(key, limit=limit, ttl_s=stream_max_s())
     rate_limits = ratelimit.limits_of(exchange.caller)
     if not rate_limits.any:
         return None, await acquiring
@@ -85,9 +84,21 @@ async def _admit_in_redis(
     return rated, slot
 
 
-async def _refuse_busy(recorder: Recorder) -> HttpResponse:
-    limit = settings.PLAYGROUND_MAX_CONCURRENT
-    message = f"you already have {limit} playground requests running; wait for one to finish"
+def _slots_of(exchange: Exchange) -> tuple[str, int]:
+    return limits.concurrency_of(
+        user_id=exchange.caller.user.pk,
+        bearer_id=exchange.bearer_id,
+        token_limit=exchange.caller.max_concurrent,
+        default=settings.PLAYGROUND_MAX_CONCURRENT,
+        ceiling=settings.PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING,
+    )
+
+
+async def _refuse_busy(recorder: Recorder, limit: int) -> HttpResponse:
+    if recorder.exchange.bearer_id:
+        message = f"this API token has {limit} requests running; wait for one to finish"
+    else:
+        message = f"you already have {limit} playground requests running; wait for one to finish"
     await recorder.record_and_wait(Outcome("rate_limited", 429, error=message))
     response = error_response(429, "rate_limit_exceeded", message)
     response["Retry-After"] = "1"
@@ -117,23 +128,33 @@ def _retriable(exc: UpstreamError) -> bool:
 
 
 async def _open(recorder: Recorder, holds: Holds) -> Answer:
-    """The answer of the least loaded healthy replica; a replica that refuses or drops the
-    connection leaves the rotation and the request is tried once more on another."""
+    """The answer of the replica the balancer picks (prefix affinity within a load bound); a
+    replica that refuses or drops the connection leaves the rotation and the request is tried
+    once more on another."""
     exchange = recorder.exchange
+    prefix = routing.prefix_key(exchange.call.body)
+    factor = settings.PLAYGROUND_ROUTING_LOAD_FACTOR
     tried: set[int] = set()
     while True:
         left = [t for t in exchange.replicas if t.deployment_id not in tried]
         now_s = asyncio.get_running_loop().time()
         try:
             try:
-                lease = await balance.acquire(left, ttl_s=stream_max_s(), now_s=now_s)
+                lease = await balance.acquire(
+                    left, ttl_s=stream_max_s(), now_s=now_s, prefix=prefix, factor=factor
+                )
             except balance.NoReplica:
                 if tried:
                     raise
                 # Every one failed lately: one of them anyway, whose own error the client
                 # gets if it still fails (the marks only steer around a dead engine).
                 lease = await balance.acquire(
-                    left, ttl_s=stream_max_s(), now_s=now_s, skip_down=False
+                    left,
+                    ttl_s=stream_max_s(),
+                    now_s=now_s,
+                    skip_down=False,
+                    prefix=prefix,
+                    factor=factor,
                 )
         except balance.NoReplica:
             name = exchange.target.name

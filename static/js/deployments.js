@@ -13,9 +13,27 @@
     reloading = true;
     setTimeout(function () { if (!sending) { location.reload(); } }, 300);
   }
+  // A status pushed before the socket joined (between the page's render and the socket's
+  // open, or while it reconnected) is not sent again: once open, the page is compared with a
+  // fresh copy of itself and reloads if a status it shows has moved on meanwhile.
+  function catchUp() {
+    fetch(location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.ok ? r.text() : ""; })
+      .then(function (html) {
+        if (!html) { return; }
+        const fresh = new DOMParser().parseFromString(html, "text/html");
+        const moved = Array.prototype.some.call(document.querySelectorAll("[data-status-for]"), function (el) {
+          const now = fresh.querySelector('[data-status-for="' + el.dataset.statusFor + '"]');
+          return now !== null && now.textContent.trim() !== el.textContent.trim();
+        });
+        if (moved) { reloadSoon(); }
+      })
+      .catch(function () {});  // the next push or reconnect tries again
+  }
   function connect(delayMs) {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(proto + "://" + location.host + "/ws/deployments/");
+    ws.onopen = catchUp;
     ws.onmessage = function (ev) {
       const msg = JSON.parse(ev.data);
       if (msg.type === "deployment.progress") { progress(msg); return; }

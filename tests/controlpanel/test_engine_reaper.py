@@ -37,10 +37,10 @@ def test_an_orphaned_engine_and_its_group_are_killed(request: pytest.FixtureRequ
     )
     pid = int(out.stdout)
     try:
-        wait_for(lambda: len(_group(pid)) == 2, timeout_s=10, interval_s=0.05)
+        wait_for(lambda: len(_group(pid)) == 2, interval_s=0.05)
         assert reaper.reap("tests/elsewhere.py::test_other") == []
         assert reaper.reap(request.node.nodeid) == [pid]
-        wait_for(lambda: not _group(pid), timeout_s=10, interval_s=0.05)
+        wait_for(lambda: not _group(pid), interval_s=0.05)
     finally:
         for p in _group(pid):
             os.kill(p, 9)
@@ -52,7 +52,7 @@ def test_an_engine_with_a_living_parent_is_left(request: pytest.FixtureRequest) 
         [sys.executable, "-c", ENGINE], env=_engine_env(request), start_new_session=True
     )
     try:
-        wait_for(lambda: len(_group(engine.pid)) == 2, timeout_s=10, interval_s=0.05)
+        wait_for(lambda: len(_group(engine.pid)) == 2, interval_s=0.05)
         assert reaper.reap(request.node.nodeid) == []
         assert engine.poll() is None
     finally:

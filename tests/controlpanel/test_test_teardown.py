@@ -28,4 +28,4 @@ def test_the_sync_threads_connection_is_closed() -> None:
     assert sessions_on_this_database() == mine + 1
     close_sync_thread_connections()
     # The server process ends a moment after its client closed.
-    wait_for(lambda: sessions_on_this_database() == mine, timeout_s=5, interval_s=0.05)
+    wait_for(lambda: sessions_on_this_database() == mine, interval_s=0.05)

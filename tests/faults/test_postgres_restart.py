@@ -94,7 +94,7 @@ def _restart_while_starting(
     pid = d.pid
     deployment_stop(user=operator, deployment=d)
     try:
-        wait_for(lambda: _status(d) == "stopped", timeout_s=30, interval_s=0.2)
+        wait_for(lambda: _status(d) == "stopped", interval_s=0.2)
     except AssertionError:
         pytest.fail(f"not stopped: {d.status}\n{worker.log()[-3000:]}")
     audit = ["deployment.create", "deployment.spawn", "deployment.stop"]

@@ -107,12 +107,12 @@ def test_redis_restarted_during_playground_stream(
     assert _texts(rest) == [f"t{i} " for i in range(5)]  # the stream in flight completed
 
     _limit_holds_again(url, headers, cookies, engine)
-    rows = wait_for(lambda: len(_requests()) >= 2 + LIMIT + 1 and _requests(), timeout_s=10)
+    rows = wait_for(lambda: len(_requests()) >= 2 + LIMIT + 1 and _requests())
     statuses = [row.detail["status"] for row in rows]
     assert statuses.count("ok") == 2 + LIMIT, statuses  # no audit row lost
     client = redis.Redis.from_url(private_redis.url)
     keys = [slot_key(operator.pk), inflight_key(d.pk)]
-    wait_for(lambda: sum(client.zcard(k) for k in keys) == 0, timeout_s=10)  # none leaked
+    wait_for(lambda: sum(client.zcard(k) for k in keys) == 0)  # none leaked
     client.close()
     check_after("Redis stopped and restarted during a playground stream", act_again_s, [], [])
 

@@ -12,10 +12,12 @@ import time
 import pytest
 
 from controlpanel.celery import host_queue
+from deployments.host.watchdog import WATCH_INTERVAL_S
 from deployments.lifecycle.services import DeploymentError, deployment_stop
 from deployments.models import LaunchPhase
 from tests.faults.support import FAST_HOST, check_after, launch, status_of, wait_status
 from tests.support.processes import ROOT
+from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
 
 HOST = "killhost"
@@ -62,7 +64,9 @@ def test_worker_killed_while_running(host_worker, model_root, operator, broker) 
     worker.stop(signal.SIGKILL)
     start_s = time.monotonic()
     again = start(host_worker, model_root, broker)
-    time.sleep(3)  # reconcile, a sweep and a few health probes
+    wait_for(lambda: "reconciled engines" in again.log())
+    # A window for the sweep and a few watchdog passes: one that restarted it would show.
+    time.sleep(3 * WATCH_INTERVAL_S)
     assert status_of(d) == "running" and d.pid == pid  # adopted, not restarted
     deployment_stop(user=operator, deployment=d)
     wait_status(d, {"stopped"}, 60, again)

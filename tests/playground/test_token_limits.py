@@ -50,6 +50,7 @@ def test_an_owner_sets_limits_within_the_ceiling(ceilings: Any, operator: Any) -
         "owner": operator.username,
         "requests_per_minute": 10,
         "per_day": 50_000,
+        "max_concurrent": None,
     }
     page = set_limits(client, token, "61", "")
     assert "rpm_limit: at most 60 requests per minute (the global limit per token)" in page
@@ -87,3 +88,25 @@ def test_an_admin_sets_anyones_past_the_ceiling_and_others_cannot(
 def test_setting_limits_is_a_post(operator: Any) -> None:
     token, _ = services.token_create(user=operator, name="ci")
     assert logged_in(operator).get(f"/tokens/{token.pk}/limits/").status_code == 405
+
+
+def test_an_owner_gives_a_token_its_own_concurrency_up_to_the_ceiling(
+    operator: Any, settings: Any
+) -> None:
+    settings.PLAYGROUND_TOKEN_MAX_CONCURRENT_CEILING = 16
+    token, _ = services.token_create(user=operator, name="harness", scopes=[Scope.INFER])
+    client = logged_in(operator)
+    url = f"/tokens/{token.pk}/limits/"
+    page = client.post(url, {"max_concurrent": "8"}, follow=True).content.decode()
+    token.refresh_from_db()
+    assert token.max_concurrent == 8
+    assert "8 concurrent requests" in page and 'class="concurrency-limit">8<' in page
+    assert "up to 16" in page
+    page = client.post(url, {"max_concurrent": "17"}, follow=True).content.decode()
+    token.refresh_from_db()
+    assert token.max_concurrent == 8 and "from 1 to 16" in page
+    page = client.post(url, {"max_concurrent": ""}, follow=True).content.decode()
+    token.refresh_from_db()
+    assert token.max_concurrent is None and 'class="concurrency-limit">4 (global)<' in page
+    audits = AuditEvent.objects.filter(action="playground.apitoken.limits").order_by("id")
+    assert [a.detail["max_concurrent"] for a in audits] == [8, None]

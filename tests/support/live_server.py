@@ -11,6 +11,8 @@ from typing import Any
 from asgiref.sync import SyncToAsync
 from django.db import connections
 
+from tests.support.waiting import STATE_WAIT_S
+
 
 @dataclass
 class LiveServer:
@@ -77,7 +79,7 @@ def start_server(port: int = 0) -> ServerProcess:
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
     proc = ServerProcess(port)
     proc.start()
-    if not proc.ready.wait(timeout=20):
+    if not proc.ready.wait(timeout=STATE_WAIT_S):
         proc.kill()
         raise RuntimeError("the web server did not start")
     return proc

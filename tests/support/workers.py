@@ -13,7 +13,7 @@ from typing import Any
 
 from monitoring.models import Host
 from tests.support.processes import ROOT, child_env
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATE_WAIT_S, wait_for
 
 
 @dataclass
@@ -26,7 +26,7 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = STATE_WAIT_S) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             try:
@@ -70,7 +70,7 @@ def start_sim_worker(host_worker: Any, host: str, model_root: Path, **env: str) 
         **env,
     }
     proc = host_worker(host, **env)
-    wait_for(lambda: Host.objects.filter(name=host, gpus__isnull=False).exists(), timeout_s=60)
+    wait_for(lambda: Host.objects.filter(name=host, gpus__isnull=False).exists())
     return proc
 
 

@@ -47,7 +47,7 @@ def running(worker, operator) -> Iterator[Deployment]:
     # through whichever worker is up now, so no engine outlives the test.
     if _status(d) == "running":
         deployment_stop(user=operator, deployment=d)
-        wait_for(lambda: _status(d) == "stopped", timeout_s=60, interval_s=0.2)
+        wait_for(lambda: _status(d) == "stopped", interval_s=0.2)
 
 
 def _status(obj):
@@ -103,9 +103,11 @@ def test_two_levels_then_a_cancelled_run(running, operator, viewer, worker) -> N
     )
     with pytest.raises(BenchmarkError, match="one run at a time"):
         run_start(user=operator, deployment=running, workload=workload())
-    wait_for(lambda: _status(long) == "running" and long.progress.get("done", 0) >= 2, 30, 0.2)
+    wait_for(
+        lambda: _status(long) == "running" and long.progress.get("done", 0) >= 2, interval_s=0.2
+    )
     run_cancel(user=operator, run=long)
-    _ended(long, worker, timeout_s=10)
+    _ended(long, worker)
     assert long.status == "cancelled"
     assert long.levels and long.levels[0]["stopped"] == "cancelled"
     assert long.levels[0]["completed"] >= 2 and long.levels[0]["duration_s"] < 30
@@ -127,9 +129,9 @@ def test_engine_killed_mid_run_fails_with_what_was_measured(running, operator, w
         deployment=running,
         workload={"prompt": 24, "output": 12, "levels": "2", "duration_s": 60},
     )
-    wait_for(lambda: _status(run) == "running" and run.progress.get("done", 0) >= 3, 30, 0.2)
+    wait_for(lambda: _status(run) == "running" and run.progress.get("done", 0) >= 3, interval_s=0.2)
     os.killpg(running.pgid, signal.SIGKILL)
-    _ended(run, worker, timeout_s=30)
+    _ended(run, worker)
     assert run.status == "failed"
     assert "stopped answering" in run.error, run.error
     level = run.levels[0]
@@ -146,9 +148,9 @@ def test_a_run_the_worker_lost_ends_failed_when_it_starts_again(
         deployment=running,
         workload={"prompt": 24, "output": 12, "levels": "1,2", "duration_s": 20},
     )
-    wait_for(lambda: _status(run) == "running" and run.progress.get("done", 0) >= 2, 30, 0.2)
+    wait_for(lambda: _status(run) == "running" and run.progress.get("done", 0) >= 2, interval_s=0.2)
     worker.stop(signal.SIGKILL)
     assert _status(run) == "running"
     again = host_worker(HOST, **worker.extra_env)
-    _ended(run, again, timeout_s=60)
+    _ended(run, again)
     assert run.status == "failed" and "host worker stopped during the run" in run.error

@@ -210,7 +210,7 @@ def test_local_model_plan_launch_running_stop(
     page.wait_for_function("() => document.getElementById('status').textContent === 'Running'")
     page.on("dialog", lambda dialog: dialog.accept())
     page.click("#stop-button")
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped")
     assert errors == []
 
 

@@ -84,7 +84,7 @@ def _launch_s(user: Any, name: str, repo: str, hub: HubStub, tiny: Path, scratch
     d.refresh_from_db()
     assert d.status == "running", d.failure_reason
     deployment_stop(user=user, deployment=d)
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped")
     return took
 
 

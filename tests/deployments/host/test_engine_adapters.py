@@ -226,7 +226,7 @@ def test_mask_env() -> None:
 
 
 def test_registry() -> None:
-    assert engine_names() == ("transformers", "vllm")
+    assert engine_names() == ("llamacpp", "transformers", "vllm")
     assert get_adapter("vllm").name == "vllm"
     with pytest.raises(UnsupportedSpec, match="unknown engine"):
         get_adapter("tgi")

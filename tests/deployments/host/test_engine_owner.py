@@ -74,8 +74,8 @@ def test_reconcile_leaves_other_installations_engines_alone(
     survivors = (same_id, foreign, legacy)
     try:
         worker = host_worker(HOST, GPU_BACKEND="simulated", SIMULATED_GPUS="1xH100-80GB")
-        wait_for(lambda: "reconciled engines" in worker.log(), timeout_s=60)
-        wait_for(lambda: not _alive(orphan), timeout_s=10)
+        wait_for(lambda: "reconciled engines" in worker.log())
+        wait_for(lambda: not _alive(orphan))
         assert "'orphans_stopped': 1" in worker.log()
         assert all(_alive(h) for h in survivors), worker.log()
         stale_row.refresh_from_db()
@@ -117,12 +117,12 @@ def test_an_engine_without_owner_marker_is_adopted_by_pid_and_start_time(
     )
     try:
         worker = host_worker(HOST, GPU_BACKEND="simulated", SIMULATED_GPUS="1xH100-80GB")
-        wait_for(lambda: "reconciled engines" in worker.log(), timeout_s=60)
+        wait_for(lambda: "reconciled engines" in worker.log())
         assert "'adopted': 1" in worker.log() and _alive(legacy)
         stale_row.refresh_from_db()
         assert stale_row.status == Status.RUNNING
         os.kill(legacy.pid, signal.SIGKILL)  # the worker is not its parent: status unknowable
-        wait_for(lambda: _failed(stale_row), timeout_s=5)
+        wait_for(lambda: _failed(stale_row))
         assert "unknown status (adopted after a worker restart)" in stale_row.failure_reason
     finally:
         sv.stop(legacy, grace_s=2.0)

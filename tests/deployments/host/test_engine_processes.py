@@ -20,6 +20,7 @@ from deployments.engines import MARKER_ENV, EngineCommand, LaunchSpec, VllmAdapt
 from deployments.host import supervisor as sv
 from deployments.host.diagnosis import diagnose, diagnose_spawn_error
 from tests.support.processes import ROOT
+from tests.support.waiting import STATE_WAIT_S
 
 pytestmark = pytest.mark.engine
 
@@ -166,7 +167,7 @@ def _python(code: str, log_path: Path, deployment_id: str) -> sv.EngineHandle:
     return sv.spawn([sys.executable, "-c", code], {MARKER_ENV: deployment_id}, log_path)
 
 
-def _wait_for_line(log_path: Path, text: str, timeout_s: float = 10.0) -> None:
+def _wait_for_line(log_path: Path, text: str, timeout_s: float = STATE_WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while text not in sv.tail(log_path):
         assert time.monotonic() < deadline, f"{text!r} never logged: {sv.tail(log_path)}"

@@ -113,10 +113,10 @@ def test_stream_is_bounded_and_secrets_never_reach_it(pk: int, tmp_path: Path) -
     pubsub.subscribe(enginelog.channel(pk))
     ship = follower(pk, path, max_lines=500).start()
     try:
-        wait_for(lambda: ship.shipped_lines == 3001, timeout_s=20)
+        wait_for(lambda: ship.shipped_lines == 3001)
         with path.open("a") as engine:  # the engine goes on writing: shipped as it comes
             engine.write(f"late {HUB_TOKEN}\nno newline at the end")
-        wait_for(lambda: ship.shipped_lines == 3002, timeout_s=5)
+        wait_for(lambda: ship.shipped_lines == 3002)
     finally:
         assert ship.stop(5)
     texts = stream_texts(pk)
@@ -146,7 +146,7 @@ def test_resumes_where_an_earlier_worker_stopped(pk: int, tmp_path: Path) -> Non
     path = tmp_path / "engine.log"
     path.write_text("first\nsecond\n")
     ship = follower(pk, path).start()
-    wait_for(lambda: ship.shipped_lines == 2, timeout_s=5)
+    wait_for(lambda: ship.shipped_lines == 2)
     assert ship.stop(5)
     with path.open("a") as engine:
         engine.write("written while no worker ran\n")
@@ -154,7 +154,7 @@ def test_resumes_where_an_earlier_worker_stopped(pk: int, tmp_path: Path) -> Non
     assert offset == len("first\nsecond\n")
     assert _saved_offset(enginelog.client(), pk, tmp_path / "other.log") == 0
     again = follower(pk, path, start_offset=offset).start()
-    wait_for(lambda: again.shipped_lines == 1, timeout_s=5)
+    wait_for(lambda: again.shipped_lines == 1)
     assert again.stop(5)
     assert stream_texts(pk) == ["first", "second", "written while no worker ran"]
 
@@ -169,7 +169,7 @@ def test_redis_down_costs_the_engine_nothing(pk: int, tmp_path: Path) -> None:
         for i in range(20_000):
             engine.write(f"busy engine line {i}\n")
     assert time.monotonic() - started < 2.0
-    wait_for(lambda: ship.dropped_lines >= 20_001, timeout_s=20)
+    wait_for(lambda: ship.dropped_lines >= 20_001)
     assert ship.stop(5) and ship.shipped_lines == 0
     assert path.read_text().count("\n") == 20_001  # the host's own file keeps every line
 
@@ -179,7 +179,7 @@ def test_a_flood_is_skipped_not_chased(pk: int, tmp_path: Path) -> None:
     path.write_text("".join(f"flood line {i:07d} " + "x" * 40 + "\n" for i in range(120_000)))
     ship = follower(pk, path).start()
     try:
-        wait_for(lambda: any("flood line 0119999" in t for t in stream_texts(pk)), timeout_s=20)
+        wait_for(lambda: any("flood line 0119999" in t for t in stream_texts(pk)))
     finally:
         assert ship.stop(5)
     texts = stream_texts(pk)

@@ -60,3 +60,8 @@ def test_steps_never_go_back() -> None:
 )
 def test_lines_of_no_step(line: str) -> None:
     assert read_line(line) is None
+
+
+def test_llama_server_start() -> None:
+    steps = _steps("llamacpp_b11434_cpu.log")
+    assert [s.phase for s in steps] == ["loading", "profiling", "warming_up"]

@@ -25,6 +25,7 @@ from django.conf import settings
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.engines import MARKER_ENV
+from deployments.host.watchdog import WATCH_INTERVAL_S
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, GpuLease, RayNode
 from tests.support.processes import ROOT
@@ -152,9 +153,9 @@ def test_a_model_over_two_hosts_runs_on_ray_and_stops_clean(
         worker.stop()
     again = [host_worker(w.name, **w.extra_env) for w in workers]
     for worker in again:
-        wait_for(lambda w=worker: "reconciled engines" in w.log(), 60)
+        wait_for(lambda w=worker: "reconciled engines" in w.log())
     assert all("'ray_nodes_adopted': 1" in w.log() for w in again), [w.log() for w in again]
-    time.sleep(3)  # a few watchdog passes
+    time.sleep(3 * WATCH_INTERVAL_S)  # a window for a few watchdog passes: a failure would show
     d.refresh_from_db()
     assert d.status == "running", d.failure_reason
     after = dict(RayNode.objects.filter(deployment=d).values_list("host__name", "pid"))
@@ -163,10 +164,10 @@ def test_a_model_over_two_hosts_runs_on_ray_and_stops_clean(
     }
 
     deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60, 0.2)
-    wait_for(lambda: not RayNode.objects.filter(deployment=d).exclude(state="stopped"), 30)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", interval_s=0.2)
+    wait_for(lambda: not RayNode.objects.filter(deployment=d).exclude(state="stopped"))
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
-    wait_for(lambda: not left_behind(d), 30)
+    wait_for(lambda: not left_behind(d))
 
 
 def test_a_lost_follower_node_fails_the_deployment_and_frees_every_lease(
@@ -178,14 +179,14 @@ def test_a_lost_follower_node_fails_the_deployment_and_frees_every_lease(
     assert follower.pgid
     os.killpg(follower.pgid, signal.SIGKILL)
 
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "failed", 30, 0.2)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "failed", interval_s=0.2)
     d.refresh_from_db()
     assert f"The Ray node on {FOLLOWER} exited (killed by signal 9" in d.failure_reason
     assert d.events.filter(new_status="failed", reason__contains=FOLLOWER).exists()
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
-    wait_for(lambda: not left_behind(d), 30)
+    wait_for(lambda: not left_behind(d))
 
     def states() -> dict[str, str]:
         return dict(RayNode.objects.filter(deployment=d).values_list("host__name", "state"))
 
-    wait_for(lambda: states() == {LEAD: "stopped", FOLLOWER: "exited"}, 30)
+    wait_for(lambda: states() == {LEAD: "stopped", FOLLOWER: "exited"})

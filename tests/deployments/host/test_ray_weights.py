@@ -137,10 +137,10 @@ def test_both_hosts_fetch_before_their_node_and_each_rank_loads_its_own_copy(
     assert sorted(placement.values()) == [FOLLOWER, LEAD]
 
     deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60, 0.2)
-    wait_for(lambda: not RayNode.objects.filter(deployment=d).exclude(state="stopped"), 30)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", interval_s=0.2)
+    wait_for(lambda: not RayNode.objects.filter(deployment=d).exclude(state="stopped"))
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
-    wait_for(lambda: not left_behind(d), 30)
+    wait_for(lambda: not left_behind(d))
 
 
 def test_a_download_failing_on_the_follower_fails_the_deployment_naming_it(
@@ -161,8 +161,7 @@ def test_a_download_failing_on_the_follower_fails_the_deployment_naming_it(
             dict(RayNode.objects.filter(deployment=d).values_list("host__name", "state"))
             == {LEAD: "stopped", FOLLOWER: "exited"}
         ),
-        30,
     )
     assert states[FOLLOWER] == "exited"
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
-    wait_for(lambda: not left_behind(d), 30)
+    wait_for(lambda: not left_behind(d))

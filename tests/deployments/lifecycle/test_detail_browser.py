@@ -84,12 +84,11 @@ def test_memory_table_and_live_failure(
             const cell = document.querySelector("{row}:not([data-old]) td[data-col=measured]");
             return cell !== null && cell.textContent === '{planned}';
         }}""",
-        timeout=20_000,
     )
     assert page.locator(f"{row} td[data-col=difference]").inner_text() == "+0.00 GiB"
     assert_fits_the_viewport(page, tmp_path)
 
     os.killpg(d.pgid, signal.SIGKILL)
-    page.wait_for_selector("#diagnosis", timeout=15_000)  # the status push reloads the page
+    page.wait_for_selector("#diagnosis")  # the status push reloads the page
     assert page.locator("#status").inner_text() == "Failed"
     assert "exited unexpectedly" in page.locator("#diagnosis").inner_text()

@@ -49,7 +49,7 @@ def engine_writes(d: Deployment, *lines: str) -> None:
 
 
 def shipped(d: Deployment, count: int) -> list[enginelog.Line]:
-    return wait_for(lambda: len(lines := enginelog.recent(d.pk)) >= count and lines, 10)
+    return wait_for(lambda: len(lines := enginelog.recent(d.pk)) >= count and lines)
 
 
 async def connect(path: str, headers: list[tuple[bytes, bytes]]) -> tuple[Any, Any]:

@@ -70,7 +70,7 @@ def engine_logs(d: Deployment, marker: str) -> None:
 
 def stopped(operator: Any, d: Deployment) -> Deployment:
     deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60, 0.2)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", interval_s=0.2)
     d.refresh_from_db()
     return d
 
@@ -139,9 +139,7 @@ def test_detail_page_shows_the_engine_lines_live(
     page.evaluate("() => { window.notReloaded = true; }")
     marker = uuid.uuid4().hex
     engine_logs(d, marker)
-    page.wait_for_function(
-        f"() => document.getElementById('log').textContent.includes('{marker}')", timeout=10_000
-    )
+    page.wait_for_function(f"() => document.getElementById('log').textContent.includes('{marker}')")
     assert page.evaluate("() => window.notReloaded === true")  # arrived live, not by a reload
     text = page.locator("#log").text_content()
     assert d.engine_api_key() not in text and HUB_LIKE_TOKEN not in text
@@ -150,11 +148,10 @@ def test_detail_page_shows_the_engine_lines_live(
 
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#stop-button")
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60, 0.2)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", interval_s=0.2)
     # The status push reloads the page; an ended deployment's panel is the tail from the row.
     page.wait_for_function(
         f"""() => {{ const log = document.getElementById('log');
             return log.dataset.live === '' && log.textContent.includes('{marker}'); }}""",
-        timeout=20_000,
     )
     assert "saved when it ended" in page.locator("#log-note").inner_text()

@@ -39,11 +39,11 @@ def test_steps_while_transformers_serve_starts(
     page.goto(f"{asgi_server.url}/deployments/{d.pk}/")
 
     downloading = "#launch-steps [data-step=downloading]"
-    page.wait_for_selector(f"{downloading}[data-state=current]", timeout=30_000)
+    page.wait_for_selector(f"{downloading}[data-state=current]")
     bar = "#launch-steps [data-step-bar=downloading]"
     first = page.eval_on_selector(bar, "b => b.value")
     page.wait_for_function(
-        f"v => document.querySelector('{bar}').value > v + {2 * MIB}", arg=first, timeout=20_000
+        f"v => document.querySelector('{bar}').value > v + {2 * MIB}", arg=first
     )  # moved without a reload
     text = page.locator("#launch-steps [data-step-text=downloading]").inner_text()
     assert re.search(r"[\d.]+ MiB of [\d.]+ MiB · [\d.]+ MiB/s", text), text
@@ -69,7 +69,7 @@ def test_steps_while_transformers_serve_starts(
 
     # The list shows no progress once running; the next launch of the model expects a time.
     deployment_stop(user=operator, deployment=Deployment.objects.get(pk=d.pk))
-    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped", 60)
+    wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped")
     again = deployment_create(
         user=operator, request=LaunchRequest(name="watched-again", model_ref=BIG, host_name=HOST)
     )
@@ -78,4 +78,4 @@ def test_steps_while_transformers_serve_starts(
     assert "expected" in page.locator("#launch-steps [data-step=loading]").inner_text()
     assert page.locator("#steps-expected").inner_text().startswith("about ")
     deployment_stop(user=operator, deployment=Deployment.objects.get(pk=again.pk))
-    wait_for(lambda: Deployment.objects.get(pk=again.pk).status == "stopped", 60)
+    wait_for(lambda: Deployment.objects.get(pk=again.pk).status == "stopped")

@@ -72,7 +72,7 @@ def test_launch_answer_stop(worker, operator, viewer) -> None:
     assert answer.status_code == 200
     lease = GpuLease.objects.get(deployment=d, active=True)
     # Planned vs measured: the simulated GPU shows the engine holding the plan's memory.
-    row = wait_for(lambda: measured_row(d), timeout_s=15, interval_s=0.5)
+    row = wait_for(lambda: measured_row(d), interval_s=0.5)
     assert row["gpu"] == lease.gpu.index and row["planned_bytes"] == lease.memory_bytes > 0
     assert row["measured_bytes"] == lease.memory_bytes and row["difference_bytes"] == 0
     client = Client()
@@ -80,7 +80,7 @@ def test_launch_answer_stop(worker, operator, viewer) -> None:
     page = client.get(f"/deployments/{d.pk}/").content.decode()
     assert f'<tr data-gpu="{lease.gpu.index}">' in page and "+0.00 GiB" in page
     deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
+    wait_for(lambda: status_of(d) == "stopped", interval_s=0.2)
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
     assert memory_table(d)["rows"][0]["measured_bytes"] is None  # nothing measured once ended
     with pytest.raises(ProcessLookupError):
@@ -96,7 +96,7 @@ def test_engine_killed_is_failed_quickly(worker, operator) -> None:
     wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
     assert d.status == "running", d.failure_reason
     os.killpg(d.pgid, signal.SIGKILL)
-    wait_for(lambda: status_of(d) == "failed", timeout_s=5, interval_s=0.1)
+    wait_for(lambda: status_of(d) == "failed", interval_s=0.1)
     assert "exited unexpectedly" in d.failure_reason
     assert "signal 9 (SIGKILL)" in d.failure_reason  # the worker spawned it: the real status
     assert "unknown status" not in d.failure_reason
@@ -115,7 +115,7 @@ def test_engine_terminated_from_outside_names_sigterm(worker, operator) -> None:
     wait_for(lambda: status_of(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
     assert d.status == "running", d.failure_reason
     os.kill(d.pid, signal.SIGTERM)  # not through Shardboard: an operator's kill, a shutdown
-    wait_for(lambda: status_of(d) == "failed", timeout_s=15, interval_s=0.1)
+    wait_for(lambda: status_of(d) == "failed", interval_s=0.1)
     assert "killed by signal 15 (SIGTERM)" in d.failure_reason, d.failure_reason
     assert "adopted" not in d.failure_reason
     assert d.diagnosis["title"] == "The engine was killed (SIGTERM)"
@@ -131,7 +131,7 @@ def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
     marker = uuid.uuid4().hex  # a line the engine writes while no worker ships its log
     assert httpx.get(f"{d.base_url}/health", params={"seen": marker}, timeout=10).is_success
     again = host_worker(HOST, **worker.extra_env)
-    wait_for(lambda: "reconciled engines" in again.log(), timeout_s=60)
+    wait_for(lambda: "reconciled engines" in again.log())
     assert status_of(d) == "running"  # adopted
     # The new worker ships the log on from where the old one stopped: nothing twice.
     texts = wait_for(
@@ -140,7 +140,7 @@ def test_worker_killed_then_reconciled(host_worker, worker, operator) -> None:
     assert sum(marker in x for x in texts) == 1
     assert sum("Uvicorn running on" in x for x in texts) == 1
     deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: status_of(d) == "stopped", timeout_s=60, interval_s=0.2)
+    wait_for(lambda: status_of(d) == "stopped", interval_s=0.2)
 
 
 def test_a_worker_told_to_stop_its_engines_on_exit_does(host_worker, model_root, operator) -> None:

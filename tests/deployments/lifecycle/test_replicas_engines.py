@@ -75,7 +75,7 @@ def test_two_replicas_run_answer_and_stop(
     assert "2/2 replicas running" in listing and listing.count('<tr data-id="') == 1
     assert str(rows[0].port) in page and str(rows[1].port) in page
     deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: statuses(rows) == ["stopped", "stopped"], timeout_s=60, interval_s=0.2)
+    wait_for(lambda: statuses(rows) == ["stopped", "stopped"], interval_s=0.2)
     assert not GpuLease.objects.filter(deployment__in=rows, active=True).exists()
     for r in rows:
         with pytest.raises(ProcessLookupError):

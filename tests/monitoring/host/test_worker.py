@@ -12,7 +12,7 @@ from django.conf import settings
 from monitoring import live, selectors
 from monitoring.models import Host
 from tests.support.monitoring import SPEC4
-from tests.support.waiting import wait_for
+from tests.support.waiting import STATE_WAIT_S, wait_for
 
 pytestmark = [pytest.mark.worker]
 
@@ -27,7 +27,7 @@ def _one_message(name: str, kind: str) -> dict:
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(name)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + STATE_WAIT_S
         while time.monotonic() < deadline:
             message = pubsub.get_message(timeout=1)
             if message and json.loads(message["data"])["type"] == kind:
@@ -42,7 +42,7 @@ def test_worker_registers_heartbeats_samples_and_publishes(host_worker, host_nam
         host_name, GPU_BACKEND="simulated", SIMULATED_GPUS=SPEC4, HEARTBEAT_INTERVAL_S="0.5"
     )
     try:
-        host = wait_for(lambda: _registered(host_name), timeout_s=30)
+        host = wait_for(lambda: _registered(host_name))
     except AssertionError:
         print(proc.log())
         raise
@@ -59,13 +59,13 @@ def test_worker_registers_heartbeats_samples_and_publishes(host_worker, host_nam
     assert host.is_online()
 
     store = selectors.history()
-    first = wait_for(lambda: store.latest(host_name), timeout_s=10)
+    first = wait_for(lambda: store.latest(host_name))
     assert [g.index for g in first.gpus] == [0, 1, 2, 3]
     assert abs(first.ts_ms - time.time() * 1000) < 5000
-    wait_for(lambda: store.latest(host_name).ts_ms > first.ts_ms, timeout_s=5)
+    wait_for(lambda: store.latest(host_name).ts_ms > first.ts_ms)
 
     beat = host.last_heartbeat
-    wait_for(lambda: Host.objects.get(name=host_name).last_heartbeat > beat, timeout_s=5)
+    wait_for(lambda: Host.objects.get(name=host_name).last_heartbeat > beat)
 
     sample = _one_message(live.stream(host_name), "sample")
     assert sample["h"] == host_name and sample["sim"] is True and len(sample["g"]) == 4

@@ -113,3 +113,41 @@ async def test_redis_down_counts_in_this_process_and_says_so(
             await lease.release()
         assert balance.in_flight([11]) == {11: 0}
     assert "load not shared, Redis unavailable" in caplog.text
+
+
+async def test_a_shared_prefix_stays_on_one_replica_within_the_bound(
+    counts_redis: PrivateRedis,
+) -> None:
+    targets = replicas(1, 2, 3)
+    leases = [await balance.acquire(targets, ttl_s=60, now_s=now_s(), prefix="p") for _ in range(3)]
+    homes = Counter(lease.target.deployment_id for lease in leases)
+    # ceil(1.25 × 1/3) = 1 then ceil(1.25 × 2/3) = 1 ...: the home takes one, the bound spills.
+    assert max(homes.values()) <= 2
+    for lease in leases:
+        await lease.release()
+    one_by_one = []
+    for _ in range(5):  # each released before the next: load never binds, the home answers
+        lease = await balance.acquire(targets, ttl_s=60, now_s=now_s(), prefix="p")
+        one_by_one.append(lease.target.deployment_id)
+        await lease.release()
+    assert len(set(one_by_one)) == 1
+    figures = balance.routing_figures("m")
+    assert figures["picks"] == 8 and figures["prefixed"] == 8 and figures["home"] >= 6
+
+
+async def test_a_draining_replica_gets_no_new_request_even_marked_down_ones_do(
+    counts_redis: PrivateRedis,
+) -> None:
+    from deployments.live import drain
+
+    targets = replicas(1, 2)
+    assert drain.drain_begin([1])
+    picked = [await balance.acquire(targets, ttl_s=60, now_s=now_s()) for _ in range(4)]
+    assert {lease.target.deployment_id for lease in picked} == {2}
+    sticky = await balance.acquire(targets, ttl_s=60, now_s=now_s(), prefix="x")
+    assert sticky.target.deployment_id == 2
+    with pytest.raises(balance.NoReplica):
+        await balance.acquire(targets[:1], ttl_s=60, now_s=now_s(), skip_down=False)
+    drain.drain_end([1])
+    back = await balance.acquire(targets[:1], ttl_s=60, now_s=now_s())
+    assert back.target.deployment_id == 1

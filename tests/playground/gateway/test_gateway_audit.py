@@ -24,7 +24,7 @@ def _statuses() -> list[str]:
 
 
 def _settled_statuses() -> list[str]:
-    wait_for(_statuses, timeout_s=5)
+    wait_for(_statuses)
     time.sleep(SETTLE_S)
     return _statuses()
 
@@ -45,7 +45,7 @@ def test_a_client_that_hangs_up_mid_stream_is_recorded_once(
     make_deployment("tiny", stub.port)
     with sse_stream(f"{server.url}/v1/chat/completions", CHAT, bearer_for(operator)) as r:
         assert b"t0 " in next(r.iter_raw())
-    wait_for(stub.disconnected.is_set, timeout_s=5)
+    wait_for(stub.disconnected.is_set)
     assert _settled_statuses() == ["client_disconnected"]
 
 
@@ -74,6 +74,6 @@ def test_whole_answers_and_refusals_are_recorded_once_each(
     make_deployment("tiny", stub.port)
     url, headers = f"{server.url}/v1/chat/completions", bearer_for(operator)
     assert httpx.post(url, json=CHAT, headers=headers).status_code == 200
-    wait_for(_statuses, timeout_s=5)
+    wait_for(_statuses)
     assert httpx.post(url, json={**CHAT, "model": "nope"}, headers=headers).status_code == 404
     assert _settled_statuses() == ["ok", "model_not_found"]

@@ -146,6 +146,23 @@ def test_entries_live_at_most_ttl(ttl_s: float, age_s: float, kept: bool) -> Non
     assert (cache.get("k") == 1) is kept
 
 
+async def test_a_slow_load_keeps_its_value_ttl_from_the_read_not_from_its_end() -> None:
+    # A load that waited (a busy database thread) read what it keeps when it started: a
+    # deployment stopped just after that read must leave every process ttl_s after it.
+    clock = Clock()
+    cache: TtlCache[str, int] = TtlCache(ttl_s=lambda: 2.0, clock=clock)
+
+    async def slow_load() -> int:
+        clock.now_s += 1.5  # the read happened at 100.0; the answer comes back at 101.5
+        return 7
+
+    assert await cache.get_or_load("k", slow_load) == 7
+    clock.now_s = 101.99
+    assert cache.get("k") == 7
+    clock.now_s = 102.0
+    assert cache.get("k") is None
+
+
 def test_the_cache_stays_bounded_and_forgets_on_request() -> None:
     clock = Clock()
     cache: TtlCache[int, int] = TtlCache(ttl_s=lambda: 2.0, max_entries=3, clock=clock)
