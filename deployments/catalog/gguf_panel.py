@@ -3,13 +3,16 @@ with the same per-device breakdown as a vLLM plan, the split it chose and what i
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any
 
 from deployments import planning
+from deployments.catalog import commands
 from deployments.catalog.gguf_plan import (
     PARTS,
     GgufOptions,
+    llama_snapshot,
     plan_json,
     ratios_text,
     share_text,
@@ -94,6 +97,17 @@ def no_fit_message(p: planning.LlamaCppPlan, options: GgufOptions) -> str:
     return message + ". Allowing partial offload would keep some layers on the CPU (slower)."
 
 
+def command_lines(p: planning.LlamaCppPlan, source: GgufSource) -> dict[str, str]:
+    """``llama-server`` and its ``docker run``, from the adapter's own renderer; for a Hub
+    file, the path is the repo's (the file is fetched first)."""
+    argv = commands.llama_argv(llama_snapshot(p), source.engine_model)
+    gpus = [g.index for g in p.gpus]
+    return {
+        "llamacpp": shlex.join(argv),
+        "docker": commands.llama_docker_line(argv, source.engine_model, gpus),
+    }
+
+
 def gguf_panel(
     source: GgufSource, spec: planning.GgufSpec, target: PlanTarget, options: GgufOptions
 ) -> tuple[dict[str, Any], bool]:
@@ -108,6 +122,7 @@ def gguf_panel(
     plan["rows"] = device_rows(plan)
     plan["chart"] = chart(plan)
     plan["flags_text"] = " ".join(plan["flags"])
+    plan["commands"] = command_lines(chosen, source)
     plan["launch_note"] = LAUNCH_NOTE
     payload: dict[str, Any] = {
         "ok": chosen.fits,

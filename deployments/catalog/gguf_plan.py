@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments import planning
+from deployments.handoff.snapshot import EngineArgs, GpuSlot, PlanSnapshot
 from deployments.planning.units import GIB, MIB, gib
 
 ENGINE = "llama.cpp"
@@ -195,6 +196,24 @@ def plan_json(
         "reasons": list(plan.reasons),
         "warnings": list(plan.warnings),
     }
+
+
+def llama_snapshot(plan: planning.LlamaCppPlan) -> PlanSnapshot:
+    """The plan as the snapshot the llama-server adapter renders: every placement setting
+    explicit, so the copy-paste line is the placement the panel shows."""
+    s = plan.settings
+    engine = EngineArgs(
+        max_model_len=plan.context_cells,
+        max_num_seqs=s.slots,
+        n_gpu_layers=plan.gpu_layers,
+        split_mode=plan.split_mode,
+        tensor_split=plan.tensor_split if len(plan.gpus) > 1 else (),
+        cache_type_k=s.cache_type_k,
+        cache_type_v=s.cache_type_v,
+        flash_attn="on" if s.flash_attn else "off",
+        ubatch=s.ubatch,
+    )
+    return PlanSnapshot(engine_args=engine, gpus=(tuple(GpuSlot("", g.index) for g in plan.gpus),))
 
 
 def plans_json(

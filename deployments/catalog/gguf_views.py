@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from controlpanel.roles import Role, role_required
 from deployments import planning
+from deployments.catalog import commands
 from deployments.catalog import gguf_selectors as gsel
 from deployments.catalog import plan_targets as targets
 from deployments.catalog.gguf_panel import GGUF_WHATIF, GGUF_WHATIFS, gguf_panel
@@ -84,7 +85,7 @@ def _page(
         plan = {"ok": False, "error": str(exc), "plan": None, "target": {"label": target.label}}
     context.update(source=source, spec=spec, arch=gsel.architecture_rows(spec), plan=plan)
     context.update(hosts=hosts, target=target, gguf_whatif=GGUF_WHATIF, whatifs=GGUF_WHATIFS)
-    context.update(cache_types=CACHE_TYPES)
+    context.update(cache_types=CACHE_TYPES, commands=commands.command_blocks(plan))
     return render(request, "catalog/gguf_detail.html", context, status=status)
 
 

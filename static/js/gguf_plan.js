@@ -103,6 +103,7 @@
     }));
     list("plan-warnings", plan ? plan.warnings : [], "banner warn");
     text("plan-flags", plan ? plan.flags_text : "");
+    for (const key of ["llamacpp", "docker"]) text("cmd-" + key, plan ? plan.commands[key] : "");
     rows("plan-alternatives", payload.alternatives, (a) => ({
       className: a.chosen ? "chosen" : a.fits ? "" : "rejected",
       cells: [a.host + ": " + a.gpus.join(", "), a.tensor_split_text, a.gpu_layers,

@@ -61,6 +61,8 @@ def test_a_local_gguf_on_two_unequal_cards(
     assert devices == ["GPU 0 · GPU 24GiB", "GPU 1 · GPU 16GiB", "CPU"]
     flags = page.locator("#plan-flags").inner_text()
     assert f"-ts {','.join(f'{r:g}' for r in ratios)}" in flags and "--fit off" in flags
+    command = page.locator("#cmd-llamacpp").inner_text()
+    assert f"-ts {','.join(f'{r:g}' for r in ratios)}" in command
     bars = page.evaluate("() => document.getElementById('plan-chart').data[0].y.length")
     assert bars == 2
     assert errors == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -153,6 +154,13 @@ def test_the_plan_endpoint_answers_for_the_two_gpu_target(
     assert plan["chart"]["capacity_gib"] == [24.0, 16.0]
     assert plan["rows"][0]["other"] == "0.50 GiB"  # the CUDA context the planner counts
     assert plan["rows"][2]["weights"].endswith(" KiB")  # a tiny embedding does not read 0.00
+    # the copy-paste lines come from the llama-server adapter, with the plan's placement
+    line = plan["commands"]["llamacpp"].split()
+    assert line[:3] == ["llama-server", "-m", str(gguf_root / "tiny" / "tiny-Q8_0.gguf")]
+    assert line[line.index("-ts") + 1] == plan["tensor_split_text"]
+    assert line[line.index("-ngl") + 1] == "3" and line[line.index("-c") + 1] == "2048"
+    docker = shlex.split(plan["commands"]["docker"])
+    assert docker[docker.index("--gpus") + 1] == '"device=0,1"'  # as the adapter's test has it
     pinned = client.get(
         "/models/plan/gguf/", {"ref": TINY, "gpus": TWO_GPUS, "tensor_split": "1,1"}
     ).json()["plan"]
@@ -171,7 +179,9 @@ def test_a_model_too_big_is_refused_unless_partial_offload_is_allowed(
     assert "Allowing partial offload" in refused.json()["error"]
     allowed = client.get("/models/plan/gguf/", {**query, "allow_partial_offload": "on"})
     assert allowed.status_code == 200
-    assert "Partial offload: -ngl" in allowed.json()["plan"]["partial_offload"]["text"]
+    plan = allowed.json()["plan"]
+    assert "Partial offload: -ngl" in plan["partial_offload"]["text"]
+    assert f"-ngl {plan['gpu_layers']} " in plan["commands"]["llamacpp"]
 
 
 @pytest.fixture
