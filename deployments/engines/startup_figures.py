@@ -34,7 +34,7 @@ _GRAPHS = re.compile(r"Graph capturing finished in [\d.]+ secs, took (?P<gib>-?[
 _TENSORS = re.compile(r"Loading weights:\s*100%\|[^|]*\|\s*(?P<n>\d+)/(?P=n)\b")
 # vllm/v1/core/kv_cache_planning.py:56-85 and torch's OOM: a start refused for memory
 _FAILURES = re.compile(
-    r"(?P<msg>No available memory for the cache blocks"
+    r"(?:No available memory for the cache blocks"
     r"|To serve at least one request with the models?'?s max seq len"
     r"|Free memory on device \S+ \([^)]*\) on startup is less than desired"
     r"|CUDA out of memory)"
@@ -79,7 +79,7 @@ def read_line(figures: StartFigures, line: str) -> StartFigures:
     if figures.weight_tensors is None and (m := _TENSORS.search(line)):
         changes["weight_tensors"] = int(m["n"])
     if not figures.failure and (m := _FAILURES.search(line)):
-        changes["failure"] = line.strip()[-300:]
+        changes["failure"] = line[m.start() :].strip()[:300]  # from vLLM's own words on
     return replace(figures, **changes) if changes else figures  # type: ignore[arg-type]
 
 
