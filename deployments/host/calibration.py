@@ -13,7 +13,7 @@ import logging
 from importlib import metadata
 from pathlib import Path
 
-from django.db import DatabaseError, IntegrityError
+from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
@@ -48,18 +48,19 @@ def record(
     outcome = Outcome.FAILED if figures.failure else Outcome.OK
     try:
         d = Deployment.objects.select_related("host").get(pk=deployment_id)
-        return StartObservation.objects.create(
-            deployment=d,
-            attempt=attempt,
-            recorded_at=timezone.now(),
-            outcome=outcome,
-            failure=figures.failure[:300],
-            model_family=family_of(model_path),
-            **_setup(d),
-            **_planned(d.snapshot),
-            engine_version=_version(d, figures),
-            **_measured(figures),
-        )
+        with transaction.atomic():  # a duplicate rolls back alone, not the caller's transaction
+            return StartObservation.objects.create(
+                deployment=d,
+                attempt=attempt,
+                recorded_at=timezone.now(),
+                outcome=outcome,
+                failure=figures.failure[:300],
+                model_family=family_of(model_path),
+                **_setup(d),
+                **_planned(d.snapshot),
+                engine_version=_version(d, figures),
+                **_measured(figures),
+            )
     except IntegrityError:
         return None  # this start's row is there already
     except (DatabaseError, Deployment.DoesNotExist) as exc:
