@@ -21,7 +21,11 @@ GIB = 1 << 30
 
 # vllm/entrypoints/common/startup.py:16-38 "vLLM server version %s, serving model %s";
 # vllm/v1/engine/core.py:104 "Initializing a V1 LLM engine (v%s) with config"
-_VERSION = re.compile(r"vLLM server version (?P<v>[\w.+-]+)|V1 LLM engine \(v(?P<v2>[\w.+-]+)\)")
+# llama-server (startup_logs/llamacpp_b11434_cpu.log): "common_params_print_info: build 11434"
+_VERSION = re.compile(
+    r"vLLM server version (?P<v>[\w.+-]+)|V1 LLM engine \(v(?P<v2>[\w.+-]+)\)"
+    r"|common_params_print_info: build (?P<b>\d+)"
+)
 # vllm/v1/worker/gpu_model_runner.py:5089 "Model loading took %s GiB memory and %.6f seconds"
 _WEIGHTS = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
 # vllm/v1/worker/gpu_worker.py:772-775 "Available KV cache memory: %.2f GiB"
@@ -67,7 +71,7 @@ def read_line(figures: StartFigures, line: str) -> StartFigures:
     and a second rank's line says the same of its own GPU)."""
     changes: dict[str, object] = {}
     if not figures.engine_version and (m := _VERSION.search(line)):
-        changes["engine_version"] = m["v"] or m["v2"]
+        changes["engine_version"] = m["v"] or m["v2"] or f"b{m['b']}"
     if figures.weights_bytes is None and (m := _WEIGHTS.search(line)):
         changes["weights_bytes"] = _gib(m["gib"])
     if figures.kv_bytes is None and (m := _KV_MEMORY.search(line)):

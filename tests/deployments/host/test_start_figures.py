@@ -48,8 +48,9 @@ def test_transformers_serve_gives_the_tensors_it_loaded() -> None:
 
 
 def test_llama_server_buffers_go_through_llamacpp_memory() -> None:
-    text = "\n".join(_lines("llamacpp_b11434_cpu.log"))
-    f = llamacpp_figures(text, StartFigures())
+    lines = _lines("llamacpp_b11434_cpu.log")
+    f = llamacpp_figures("\n".join(lines), read_lines(lines))
+    assert f.engine_version == "b11434"
     assert f.weights_bytes == round(0.41 * 1024 * 1024)
     assert f.kv_bytes == round(0.12 * 1024 * 1024)
     gpu = "load_tensors: CUDA0 model buffer size = 4403.49 MiB\nllama_kv_cache: CUDA0 KV buffer size = 512.00 MiB"
