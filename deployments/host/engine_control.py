@@ -182,10 +182,12 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
             return {"skipped": "stopped while its Ray cluster formed"}
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
-        command = get_adapter(d.engine).build(launch_spec(d, port, snapshot))
+        spec = launch_spec(d, port, snapshot)
+        command = get_adapter(d.engine).build(spec)
     except UnsupportedSpec as exc:
         transitions.fail(d, f"The engine refused the settings: {exc}")
         return {"failed": str(exc)}
+    recorder.model_path = spec.model
     log_path = log_dir() / f"deployment-{d.pk}{log_suffix}.log"
     try:
         handle = sv.spawn(command.argv, command.env, log_path)

@@ -17,7 +17,9 @@ from typing import Any
 from django.db import DatabaseError
 from django.utils import timezone
 
+from deployments.engines import startup_figures
 from deployments.engines.phases import READY, PhaseTracker
+from deployments.host import calibration
 from deployments.live import pushes
 from deployments.models import Deployment, LaunchPhase, Phase
 
@@ -32,6 +34,11 @@ class Recorder:
     def __init__(self, d: Deployment) -> None:
         self.pk, self.attempt = d.pk, d.restart_count
         self.tracker = PhaseTracker()
+        self.figures = startup_figures.StartFigures()
+        self.model_path = ""  # the folder the engine loads: its family (set by the launch)
+        self._buffer_lines: list[str] = []  # llama-server's, read once the start is over
+        self._recorded = False
+        self._closed = False
         self.row: LaunchPhase | None = None
         self._pushed_at = 0.0
         self._lock = threading.Lock()
@@ -67,6 +74,9 @@ class Recorder:
 
     def feed(self, lines: list[str]) -> None:
         """Engine output: the step it shows, and a bar's progress. Never fails the shipper."""
+        self._read_figures(lines)
+        if self._closed:  # the lines after a failed start's end: vLLM's reason comes last
+            self._record(ready=False)
         try:
             for line in lines:
                 step = self.tracker.feed(line)
@@ -78,6 +88,31 @@ class Recorder:
                     self.progress(step.done, step.total, force=step.done == step.total)
         except DatabaseError as exc:
             log.warning("launch steps of deployment %s not recorded: %s", self.pk, exc)
+
+    def _read_figures(self, lines: list[str]) -> None:
+        with self._lock:
+            for line in lines:
+                self.figures = startup_figures.read_line(self.figures, line)
+                if "buffer size" in line:
+                    self._buffer_lines.append(line)
+
+    def _record(self, *, ready: bool) -> None:
+        """This start's figures beside its plan (``calibration``): once, at ready, or at its
+        end when the engine said it was refused for memory."""
+        with self._lock:
+            if self._recorded or not (ready or self.figures.failure):
+                return
+            self._recorded = True
+            figures = self.figures
+            if self._buffer_lines:
+                text = "\n".join(self._buffer_lines)
+                figures = startup_figures.llamacpp_figures(text, figures)
+        calibration.record(
+            deployment_id=self.pk,
+            attempt=self.attempt,
+            figures=figures,
+            model_path=self.model_path,
+        )
 
     def end_step(self) -> None:
         """The current step is over though the next has not begun (the download is done; the
@@ -91,6 +126,7 @@ class Recorder:
         """The probe passed. Never fails the launch: the steps are what pages show."""
         try:
             self.enter(READY)
+            self._record(ready=True)
             self.close()
         except DatabaseError as exc:
             log.warning("launch steps of deployment %s: ready not recorded: %s", self.pk, exc)
@@ -98,6 +134,8 @@ class Recorder:
 
     def close(self) -> None:
         """The start ended (ready, failed or stopped): the open step ends now."""
+        self._record(ready=False)
+        self._closed = True
         with self._lock:
             if self.row is not None and self.row.ended_at is None:
                 LaunchPhase.objects.filter(pk=self.row.pk).update(ended_at=timezone.now())

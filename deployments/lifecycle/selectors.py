@@ -12,6 +12,7 @@ from django.http import QueryDict
 from controlpanel.models import AuditEvent
 from deployments.catalog.selectors import concurrency_text
 from deployments.handoff.snapshot import PlanSnapshot
+from deployments.lifecycle.accuracy import deployment_starts
 from deployments.lifecycle.engine_memory import engine_memory_table
 from deployments.lifecycle.launchphases import launch_steps
 from deployments.lifecycle.planned_vs_measured import memory_table
@@ -143,6 +144,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "planned": planned_memory(deployment),
         "memory": memory_table(deployment),
         "engine_memory": engine_memory_table(deployment),
+        "starts": deployment_starts(deployment.pk),
         "shares": share_table(deployment),
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,

@@ -1,5 +1,6 @@
 from django.urls import path
 
+from deployments.lifecycle import accuracy_views
 from deployments.lifecycle import views as dv
 
 urlpatterns = [
@@ -11,4 +12,5 @@ urlpatterns = [
     path("deployments/<int:pk>/stop/", dv.deployment_stop, name="deployment_stop"),
     path("deployments/<int:pk>/scale/", dv.deployment_scale, name="deployment_scale"),
     path("deployments/<int:pk>/relaunch/", dv.deployment_relaunch, name="deployment_relaunch"),
+    path("planner-accuracy/", accuracy_views.planner_accuracy, name="planner_accuracy"),
 ]

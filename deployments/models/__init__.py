@@ -1,6 +1,6 @@
 """Deployments, their GPU leases and timelines (`core`), the Ray node of each host a
 deployment spans (`raynode`), model weights on the hosts (`weights`), the phases of an engine's
-start (`launchphases`), and a deployment's state derived from its replicas' (`replicas`, no
+start (`launchphases`), what each start printed beside its plan (`observations`), and a deployment's state derived from its replicas' (`replicas`, no
 model). One package so that no module grows past a screenful of models; every caller
 imports from here."""
 
@@ -16,6 +16,7 @@ from .core import (
     can_move,
 )
 from .launchphases import LaunchPhase, Phase
+from .observations import Outcome, StartObservation
 from .raynode import RayNode
 from .weights import CachedModel, DownloadStatus, HostDisk, ModelDownload
 
@@ -32,8 +33,10 @@ __all__ = [
     "HubConfig",
     "LaunchPhase",
     "ModelDownload",
+    "Outcome",
     "Phase",
     "RayNode",
+    "StartObservation",
     "Status",
     "can_move",
 ]

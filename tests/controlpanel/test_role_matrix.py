@@ -40,6 +40,7 @@ EXPECTED: dict[str, str] = {
     "": "viewer",
     "audit/": "admin",
     "audit/export.<str:fmt>": "admin",
+    "planner-accuracy/": "admin",
     "favicon.ico": "public",
     "hosts/<str:name>/retire/": "admin",
     "accounts/login/": "public",
