@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from django.test import Client
 from django.utils import timezone
 
 from controlpanel.models import AuditEvent
@@ -31,13 +32,14 @@ from deployments.models import Deployment, GpuLease, Status
 from monitoring.models import Gpu, Host
 from playground import services as playground_services
 from playground.gateway.admission import PLAYGROUND_HEADER
-from playground.models import PlaygroundRun
+from playground.models import PlaygroundRun, Scope
 from tests.support.gateway import session_for, sse_data
 from tests.support.llama_server import server_binary
 from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
 
-HOST = "gguf-sim"
+HOST = "gguf-db"
+WORKER_HOST = "gguf-worker"  # its own: the worker's GPU samples stay in Redis after the test
 GIB = 1 << 30
 GGUF_REF = "local:0/demo-Q8_0.gguf"
 
@@ -60,13 +62,15 @@ def db_host(db: None) -> Host:
     )
     for index in range(2):
         Gpu.objects.create(
-            host=host, index=index, uuid=f"GPU-gguf-{index}", name="sim", memory_total_bytes=2 * GIB
+            host=host, index=index, uuid=f"GPU-gguf-{index}", name="sim", memory_total_bytes=8 * GIB
         )
     return host
 
 
-def _request(model_ref: str = GGUF_REF, engine: str = "llamacpp", **kw: Any) -> LaunchRequest:
-    return LaunchRequest(name="gguf", model_ref=model_ref, host_name=HOST, engine=engine, **kw)
+def _request(
+    model_ref: str = GGUF_REF, engine: str = "llamacpp", host: str = HOST, **kw: Any
+) -> LaunchRequest:
+    return LaunchRequest(name="gguf", model_ref=model_ref, host_name=host, engine=engine, **kw)
 
 
 def _nothing_written() -> bool:
@@ -183,8 +187,10 @@ def test_launch_the_demo_gguf_chat_with_it_and_stop_it(
     binary = server_binary()
     if binary is None:
         pytest.skip("no llama-server built here: run scripts/llama.sh")
-    worker = start_sim_worker(host_worker, HOST, gguf_root, SHARDBOARD_LLAMA_SERVER_BIN=str(binary))
-    d = deployment_create(user=operator, request=_request())
+    worker = start_sim_worker(
+        host_worker, WORKER_HOST, gguf_root, SHARDBOARD_LLAMA_SERVER_BIN=str(binary)
+    )
+    d = deployment_create(user=operator, request=_request(host=WORKER_HOST))
     assert d.engine == "llamacpp" and d.status == Status.PENDING
     try:
         wait_for(lambda: _status(d) in ("running", "failed"), timeout_s=90, interval_s=0.5)
@@ -237,3 +243,28 @@ def test_launch_the_demo_gguf_chat_with_it_and_stop_it(
 def _status(d: Deployment) -> str:
     d.refresh_from_db()
     return d.status
+
+
+def test_the_launch_page_and_the_api_launch_a_gguf_on_llamacpp(
+    db_host: Host, gguf_root: Path, operator: Any
+) -> None:
+    form = {"model_ref": GGUF_REF, "host": HOST, "engine": "llamacpp", "revision": ""}
+    form |= {"dtype": "auto", "kv_cache_dtype": "auto", "replicas": "1", "placement": "spread"}
+    ui = Client()
+    ui.force_login(operator)
+    r = ui.post("/deployments/new/", {**form, "name": "via-ui"})
+    assert r.status_code == 302, [
+        line for line in r.content.decode().splitlines() if "error" in line
+    ]
+    raw = playground_services.token_create(user=operator, name="ci", scopes=[Scope.DEPLOY])[1]
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    body = {**form, "name": "via-api", "replicas": 1}
+    r = api.post("/api/v1/deployments", body, content_type="application/json")
+    assert r.status_code == 201, r.content
+    assert r.json()["engine"] == "llamacpp" and "-ngl" in r.json()["command"]
+    engines = set(Deployment.objects.values_list("engine", flat=True))
+    assert engines == {"llamacpp"} and Deployment.objects.count() == 2
+    wrong = {**body, "name": "wrong", "engine": "vllm"}
+    r = api.post("/api/v1/deployments", wrong, content_type="application/json")
+    assert r.status_code == 409 and "is a GGUF model" in r.json()["message"], r.content
+    assert not Deployment.objects.filter(name="wrong").exists()
