@@ -8,17 +8,21 @@ snapshot (`handoff.snapshot.from_llamacpp_plan`) and leases each GPU's bytes fro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from deployments import planning
 from deployments.catalog.gguf_sources import GgufSource, is_gguf_ref, resolve_gguf
 from deployments.catalog.registered import host_inventory
 from deployments.catalog.sources import LOCAL_PREFIX, ModelSourceError
+from deployments.handoff.snapshot import PlanSnapshot, from_llamacpp_plan
 from deployments.lifecycle.errors import DeploymentError
 from deployments.models import Engine
 from monitoring.models import Host
 
 LAUNCHABLE_ENGINES = (Engine.VLLM, Engine.TRANSFORMERS, Engine.LLAMACPP)
+ONE_REPLICA = "llama.cpp deployments have one replica for now: ask for 1."
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +56,7 @@ def layout_problem(*, replicas: int | None, hosts: tuple[str, ...]) -> str | Non
     if hosts:
         return "llama.cpp runs on one host: leave the further hosts empty."
     if replicas != 1:
-        return "llama.cpp deployments have one replica for now: ask for 1."
+        return ONE_REPLICA
     return None
 
 
@@ -86,6 +90,15 @@ def plan_gguf(
     if not fitting:
         raise DeploymentError("This plan does not fit: " + "; ".join(plans[0].reasons))
     return GgufLaunch(source, fitting[0], request.gpu_overhead_bytes)
+
+
+def snapshot(gguf: GgufLaunch, overrides: Mapping[str, Any]) -> PlanSnapshot:
+    return from_llamacpp_plan(
+        gguf.plan,
+        gpu_overhead_bytes=gguf.gpu_overhead_bytes,
+        model_ref=gguf.source.ref,
+        request=overrides,
+    )
 
 
 def _settings(plan_request: planning.PlanRequest) -> planning.LlamaCppSettings:

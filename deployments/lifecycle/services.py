@@ -22,7 +22,7 @@ from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.handoff import sealed
-from deployments.handoff.snapshot import PlanSnapshot, from_llamacpp_plan, from_plan
+from deployments.handoff.snapshot import PlanSnapshot, from_plan
 from deployments.lifecycle import cpu_hub, gguf_launch, limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
@@ -200,7 +200,7 @@ def deployment_create(
                 plan_request=request.plan_request,
                 gpu_indices=request.gpu_indices,
             )
-            source, snapshot = gguf.source, _gguf_snapshot(gguf, options)
+            source, snapshot = gguf.source, gguf_launch.snapshot(gguf, options["overrides"])
             placed: tuple[planning.Plan | None, PlanSnapshot] = (None, snapshot)
             lead, engine = host, str(Engine.LLAMACPP)
         else:
@@ -222,15 +222,6 @@ def _resolve(request: LaunchRequest) -> ModelSource:
         return resolve_source(request.model_ref, request.revision)
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
-
-
-def _gguf_snapshot(gguf: gguf_launch.GgufLaunch, options: dict[str, Any]) -> PlanSnapshot:
-    return from_llamacpp_plan(
-        gguf.plan,
-        gpu_overhead_bytes=gguf.gpu_overhead_bytes,
-        model_ref=gguf.source.ref,
-        request=options["overrides"],
-    )
 
 
 @transaction.atomic
