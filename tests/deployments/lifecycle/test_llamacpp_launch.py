@@ -209,6 +209,8 @@ def test_launch_the_demo_gguf_chat_with_it_and_stop_it(
         print(worker.log())
         raise
     assert d.status == "running", d.failure_reason
+    ready = d.events.get(new_status=Status.RUNNING)
+    print(f"llama-server on the demo GGUF: {ready.reason}")
     spawned = AuditEvent.objects.get(action="deployment.spawn", target_id=str(d.pk))
     argv = spawned.detail["argv"]
     assert Path(argv[0]) == binary and argv[argv.index("-m") + 1] == d.model_id
