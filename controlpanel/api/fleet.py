@@ -11,6 +11,8 @@ from ninja import Query, Router
 from controlpanel.api.auth import READ, ApiError
 from controlpanel.api.schemas import REFUSALS, GpuOut, HostOut, Message, PlanOut, PlanQuery
 from deployments import planning
+from deployments.catalog.gguf_sources import is_gguf_ref
+from deployments.catalog.gguf_views import GgufPlanForm
 from deployments.catalog.hub import HubError
 from deployments.catalog.sources import ModelSourceError
 from deployments.catalog.views import PlanForm, hub_status
@@ -78,10 +80,13 @@ def _gpus(rows: Any) -> list[dict[str, Any]]:
 )
 def plan(request: HttpRequest, query: Query[PlanQuery]) -> dict[str, Any]:
     """How a model would be split over a host's GPUs, several hosts (target=fleet, or
-    target=picked with hosts=a&hosts=b) or what-if GPUs: the plan panel's answer. `ok` false: no layout fits, and `error` says why."""
+    target=picked with hosts=a&hosts=b) or what-if GPUs: the plan panel's answer. `ok` false: no layout fits, and `error` says why. A GGUF model (org/repo:QUANT, local:<root>/<file>.gguf) is planned for llama.cpp on one machine: `plan` is then a LlamaCppPlanOut."""
     data = query.dict()
     hosts = data.pop("hosts")
-    form = PlanForm({k: "" if v is None else v for k, v in data.items()})
+    fields = {k: "" if v is None else v for k, v in data.items()}
+    form: PlanForm | GgufPlanForm = (
+        GgufPlanForm(fields) if is_gguf_ref(data["ref"]) else PlanForm(fields)
+    )
     if not form.is_valid():
         raise ApiError(422, f"query.{form.first_error()}")
     try:

@@ -121,6 +121,69 @@ class PlanQuery(Schema):
     replicas: str = Field("", max_length=6, description="a number, or max")
     tensor_parallel_size: int | None = Field(None, ge=1, le=64)
     pipeline_parallel_size: int | None = Field(None, ge=1, le=64)
+    # A GGUF reference (org/repo:QUANT, local:<root>/<file>.gguf) is planned for llama.cpp
+    # with these instead; the vLLM fields above are ignored for it.
+    context_tokens: int | None = Field(None, ge=1, le=1 << 24, description="GGUF: -c")
+    slots: int | None = Field(None, ge=1, le=256, description="GGUF: parallel slots, -np")
+    cache_type_k: Literal["f16", "q8_0", "q4_0"] | None = Field(None, description="GGUF: -ctk")
+    cache_type_v: Literal["f16", "q8_0", "q4_0"] | None = Field(None, description="GGUF: -ctv")
+    flash_attn: Literal["on", "off"] | None = Field(None, description="GGUF: -fa")
+    split_mode: Literal["layer", "row"] | None = Field(None, description="GGUF: -sm")
+    tensor_split: str = Field(
+        "", max_length=100, description="GGUF: pinned -ts ratios, e.g. 3,2; blank: the planner's"
+    )
+    allow_partial_offload: bool = Field(
+        False, description="GGUF: may layers stay on the CPU (-ngl below the layer count)"
+    )
+
+
+class LlamaCppDeviceOut(Schema):
+    """One device of a llama.cpp plan: the CPU or a GPU (in -ts order). On a GPU,
+    used_bytes + margin_bytes <= free_bytes is the fit rule."""
+
+    device: str = Field(description="CPU, or GPU 0, GPU 1, ... in -ts order")
+    gpu_index: int | None
+    gpu_name: str | None
+    layers: int = Field(description="repeating blocks held")
+    holds_output: bool = Field(description="the output layer (always the last GPU's)")
+    layer_span: str
+    weights_bytes: int
+    kv_bytes: int
+    compute_bytes: int = Field(description="llama.cpp's compute buffer for one -ub batch")
+    output_buffer_bytes: int = Field(description="the CPU's logits buffer: slots x vocab x 4 B")
+    overhead_bytes: int = Field(description="a GPU's CUDA context, as the planner counts it")
+    used_bytes: int
+    token_embd_bytes: int | None = Field(None, description="CPU: token_embd, always there")
+    total_bytes: int | None = None
+    free_bytes: int | None = Field(None, description="GPU: free before this plan")
+    margin_bytes: int | None = None
+    left_bytes: int | None = Field(None, description="GPU: free after this plan")
+
+
+class LlamaCppPlanOut(Schema):
+    """The plan of a GGUF model on llama.cpp (engine "llama.cpp"); plan_json in
+    deployments.catalog.gguf_plan. The page's display fields (rows, chart, texts) come too."""
+
+    engine: Literal["llama.cpp"]
+    host: str
+    fits: bool
+    gpus: int
+    split_mode: str = Field(description="layer, row, or none on one GPU")
+    tensor_split: list[float] = Field(description="-ts, one share per GPU")
+    tensor_split_pinned: bool
+    gpu_layers: int = Field(description="-ngl")
+    layers_total: int = Field(description="blocks + the output layer")
+    partial_offload_allowed: bool
+    partial_offload: dict[str, Any] | None = Field(
+        description="when layers stay on the CPU: how many, their bytes, the cost in words"
+    )
+    context_cells: int
+    settings: dict[str, Any]
+    cpu: LlamaCppDeviceOut
+    devices: list[LlamaCppDeviceOut]
+    flags: list[str] = Field(description="every llama-server flag that sizes or places memory")
+    reasons: list[str]
+    warnings: list[str]
 
 
 class PlanOut(Schema):
@@ -128,7 +191,10 @@ class PlanOut(Schema):
     error: str | None
     target: dict[str, Any]
     model_ref: str
-    plan: dict[str, Any] | None = Field(description="memory per GPU, KV cache, the command")
+    plan: dict[str, Any] | LlamaCppPlanOut | None = Field(
+        description="vLLM: memory per GPU, KV cache, the command; a GGUF model: the llama.cpp "
+        "plan (LlamaCppPlanOut, engine llama.cpp)"
+    )
     alternatives: list[dict[str, Any]]
 
 

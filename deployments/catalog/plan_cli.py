@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from deployments import planning
+from deployments.catalog import gguf_cli
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
 from deployments.handoff import snapshot
 from deployments.planning.units import GIB
@@ -23,7 +24,11 @@ class PlanCliError(ValueError):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``manage.py plan``."""
-    parser.add_argument("model", help="local model folder (config.json) or Hub id org/name")
+    parser.add_argument(
+        "model",
+        help="local model folder (config.json) or Hub id org/name; GGUF (llama.cpp): a .gguf "
+        "path, local:<root>/<file>.gguf or org/repo:QUANT",
+    )
     parser.add_argument("--gpus", help="NxSIZE[@nvlink|@pcie], e.g. 4x80GiB; default: registered")
     parser.add_argument("--tp", type=int, help="tensor parallel size (pins the first plan)")
     parser.add_argument("--pp", type=int, help="pipeline parallel size (pins the first plan)")
@@ -66,10 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="spread: replicas on different hosts first (the default); packed: fill hosts in turn",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON contract")
+    gguf_cli.add_gguf_arguments(parser)
 
 
 def run_plan(options: Mapping[str, Any]) -> str:
     """Plan as the options say and return the text to print."""
+    if gguf_cli.is_gguf_model(str(options["model"])):
+        return _run_gguf(options)
     try:
         spec = load_model(str(options["model"]))
         inventory = load_inventory(options.get("gpus"))
@@ -85,6 +93,20 @@ def run_plan(options: Mapping[str, Any]) -> str:
     first = result.plans[0] if result.plans else None
     notes = planning.layer_notes(spec, tp=first.tensor_parallel_size) if first else ()
     return render(result, inventory, request, notes=notes)
+
+
+def _run_gguf(options: Mapping[str, Any]) -> str:
+    """A GGUF model on llama.cpp; ``--gpus`` is one machine (llama-server spans one machine's
+    GPUs: ``1x24GiB@pcie,1x16GiB@pcie`` is two cards side by side)."""
+    try:
+        spec = gguf_cli.load_gguf(str(options["model"]))
+        gpus = options.get("gpus")
+        inventory = (
+            planning.one_machine(planning.parse_gpus(gpus)) if gpus else load_inventory(None)
+        )
+        return gguf_cli.run_gguf_plan(options, spec, inventory)
+    except planning.PlanningError as exc:
+        raise PlanCliError(one_line(str(exc))) from None
 
 
 def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:

@@ -3,6 +3,7 @@
 from django.urls import path
 
 from deployments.catalog import cache_views
+from deployments.catalog import gguf_views as gv
 from deployments.catalog import views as cv
 
 urlpatterns = [
@@ -20,6 +21,9 @@ urlpatterns = [
     path(
         "models/on-hosts/<int:pk>/delete/", cache_views.cached_delete, name="models_cached_delete"
     ),
+    path("models/plan/gguf/", gv.gguf_plan_api, name="models_plan_gguf"),
+    path("models/gguf/local/<int:root>/<path:path>/", gv.gguf_local_model, name="model_gguf_local"),
+    path("models/gguf/<str:org>/<str:name>/", gv.gguf_hub_model, name="model_gguf_hub"),
     path("models/local/<int:root>/", cv.local_model, name="model_local_root"),
     path("models/local/<int:root>/<path:path>/", cv.local_model, name="model_local"),
     path("models/<str:org>/<str:name>/", cv.hub_model, name="model_hub"),

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments import planning
-from deployments.catalog import cache_services, commands
+from deployments.catalog import cache_services, commands, gguf_selectors
 from deployments.catalog import plan_panel as panel
 from deployments.catalog import plan_targets as targets
 from deployments.catalog import selectors as sel
@@ -170,7 +170,7 @@ def _page_query(request: HttpRequest, page: int) -> str:
 @role_required(Role.VIEWER)
 def models_index(request: HttpRequest) -> HttpResponse:
     context = _search_context(request)
-    context["local_cards"] = sel.local_models()
+    context["local_cards"] = sel.local_models() + gguf_selectors.local_gguf_cards()
     context["has_token"] = bool(request.session.get(sel.SESSION_TOKEN_KEY))
     return render(request, "catalog/index.html", context)
 
@@ -208,6 +208,8 @@ def _detail(
         spec = sel.model_spec(source, client)
     except (HubError, ModelSourceError) as exc:
         context["spec_error"] = getattr(exc, "message", str(exc))
+        # a GGUF-only repo has no config.json: llama.cpp serves it, planned from its files
+        context["gguf_url"] = "" if source.is_local else f"/models/gguf/{source.ref}/"
         return render(request, "catalog/detail.html", context, status=status)
     hosts = targets.host_choices()
     target = targets.default_target(hosts)

@@ -50,6 +50,9 @@ EXPECTED: dict[str, str] = {
     "models/results/": "viewer",
     "models/token/": "viewer",
     "models/plan/": "viewer",
+    "models/plan/gguf/": "viewer",
+    "models/gguf/local/<int:root>/<path:path>/": "viewer",
+    "models/gguf/<str:org>/<str:name>/": "viewer",
     "models/on-hosts/": "viewer",
     "models/on-hosts/prefetch/": "operator",
     "models/on-hosts/downloads/<int:pk>/cancel/": "operator",
@@ -147,6 +150,7 @@ class World:
             return "/" + filled.replace("^", "").replace("$", "")
         special = {
             "models/<str:org>/<str:name>/": f"models/{QWEN}/",
+            "models/gguf/<str:org>/<str:name>/": f"models/gguf/{QWEN}/",
             "audit/export.<str:fmt>": "audit/export.csv",
         }
         filled = special.get(route.route) or re.sub(
