@@ -50,9 +50,12 @@ class DeploymentCreateIn(Schema):
     """As the launch form: blank plan fields take vLLM's defaults."""
 
     name: str = Field(max_length=limits.NAME_MAX_CHARS, description=limits.NAME_RULE)
-    model_ref: str = Field(max_length=300, description="a Hub id or local:<root>/<path>")
+    model_ref: str = Field(
+        max_length=300,
+        description="a Hub id or local:<root>/<path>; for llamacpp a local:<root>/<path>.gguf file",
+    )
     host: str = Field(max_length=100)
-    engine: Literal["vllm", "transformers"] = "vllm"
+    engine: Literal["vllm", "transformers", "llamacpp"] = "vllm"
     revision: str = Field("", max_length=100)
     tensor_parallel_size: int | None = Field(None, ge=1, le=64)
     pipeline_parallel_size: int | None = Field(None, ge=1, le=64)

@@ -9,7 +9,8 @@ from django.conf import settings
 
 from deployments import planning
 from deployments.lifecycle import limits
-from deployments.lifecycle.services import LAUNCHABLE_ENGINES, LaunchRequest
+from deployments.lifecycle.gguf_launch import LAUNCHABLE_ENGINES
+from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
 from deployments.planning.search.request import MAX_REPLICAS
 from monitoring.models import Host
@@ -27,7 +28,10 @@ class LaunchForm(forms.Form):
         max_length=limits.NAME_MAX_CHARS,
         help_text=f"{limits.NAME_RULE[0].upper()}{limits.NAME_RULE[1:]}.",
     )
-    model_ref = forms.CharField(max_length=300, label="Model (Hub id or local:<root>/<path>)")
+    model_ref = forms.CharField(
+        max_length=300,
+        label="Model (Hub id, local:<root>/<path>, or a local .gguf file for llama.cpp)",
+    )
     revision = forms.CharField(max_length=100, required=False)
     host = forms.ChoiceField(choices=_host_choices)
     engine = forms.ChoiceField(

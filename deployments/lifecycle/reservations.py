@@ -39,6 +39,14 @@ def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> Non
         }
         for refs in plan.gpus[: len(rows)]
     ]
+    reserve_bytes(rows, host, per_replica)
+
+
+def reserve_bytes(
+    rows: list[Deployment], host: Host, per_replica: list[dict[tuple[str, int], int]]
+) -> None:
+    """`reserve_gpus` for bytes already worked out: ``per_replica[k]`` maps (host name, GPU
+    index) to the bytes replica k + 1 leases there (a llama.cpp plan's, for one)."""
     wanted: Counter[tuple[str, int]] = Counter()
     for replica in per_replica:
         wanted.update(replica)

@@ -24,6 +24,7 @@ from controlpanel.roles import Role
 from deployments import planning
 from deployments.catalog.sources import ModelSourceError, resolve_source
 from deployments.handoff.snapshot import GpuSlot
+from deployments.lifecycle import gguf_launch
 from deployments.lifecycle.dispatch import enqueue
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -35,7 +36,7 @@ from deployments.lifecycle.services import (
     reserve_gpus,
 )
 from deployments.live import drain
-from deployments.models import ACTIVE, Deployment, Status
+from deployments.models import ACTIVE, Deployment, Engine, Status
 from teams import membership
 
 MAX_REPLICAS = 16
@@ -103,6 +104,8 @@ def _scale_down(
 def _scale_up(
     user: Any, first: Deployment, replicas: int, http_request: HttpRequest | None
 ) -> Deployment:
+    if first.engine == Engine.LLAMACPP:
+        raise DeploymentError(gguf_launch.ONE_REPLICA)
     host = online_host(first.host.name)
     try:
         source = resolve_source(first.snapshot.model_ref or first.model_id, first.revision)

@@ -18,14 +18,16 @@ from django.http import HttpRequest
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning
+from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.handoff import sealed
 from deployments.handoff.snapshot import PlanSnapshot, from_plan
-from deployments.lifecycle import cpu_hub, limits
+from deployments.lifecycle import cpu_hub, gguf_launch, limits
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
+from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
 from deployments.live import drain
@@ -115,24 +117,8 @@ def choose_plan(
     return best, spec
 
 
-# llama.cpp has an adapter, a planner and copy-paste lines, but a launch does not yet turn a
-# GGUF plan into its snapshot (issue 31): until it does, a launch asks for one of these.
-LAUNCHABLE_ENGINES = (Engine.VLLM, Engine.TRANSFORMERS)
-
-
-def _check_engine(engine: str) -> None:
-    if engine == Engine.LLAMACPP:
-        raise DeploymentError(
-            "Launching on llama.cpp is not available yet: a GGUF model's page shows its "
-            "llama.cpp plan and the llama-server command to run by hand; launch vllm or "
-            "transformers here."
-        )
-    if engine not in LAUNCHABLE_ENGINES:
-        raise DeploymentError(f"Unknown engine {engine!r}; choose vllm or transformers.")
-
-
 def _engine_for(request: LaunchRequest, host: Host, source: ModelSource) -> str:
-    if host.simulated:
+    if host.simulated and request.engine != Engine.LLAMACPP:
         return Engine.TRANSFORMERS  # on the CPU; a Hub model only if small (cpu_hub)
     return request.engine
 
@@ -176,14 +162,19 @@ def deployment_create(
     except membership.TeamError as exc:
         raise DeploymentError(str(exc)) from exc
     name = _check_name(request.name)
-    _check_engine(request.engine)
+    if problem := gguf_launch.engine_problem(request.engine, request.model_ref):
+        raise DeploymentError(problem)
+    if request.engine == Engine.LLAMACPP and (
+        problem := gguf_launch.layout_problem(replicas=request.replicas, hosts=request.hosts)
+    ):
+        raise DeploymentError(problem)
     host = online_host(request.host_name)
-    try:
-        source = resolve_source(request.model_ref, request.revision)
-    except ModelSourceError as exc:
-        raise DeploymentError(str(exc)) from exc
-    engine = _engine_for(request, host, source)
-    hub_token = None if source.is_local else (hub_token or "").strip() or None
+    if request.engine == Engine.LLAMACPP:
+        source: ModelSource | GgufSource | None = None
+        hub_token = None  # a local file: nothing to fetch
+    else:
+        source = _resolve(request)
+        hub_token = None if source.is_local else (hub_token or "").strip() or None
     overrides: dict[str, Any] = {
         k: v
         for k, v in asdict(request.plan_request).items()
@@ -194,7 +185,7 @@ def deployment_create(
     auto_restart = (
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
-    options = {
+    options: dict[str, Any] = {
         "overrides": overrides,
         "auto_restart": bool(auto_restart),
         "hub_token": hub_token,
@@ -202,16 +193,35 @@ def deployment_create(
     }
     check_hosts(request.host_name, request.hosts, request.replicas)
     for attempt in range(RESERVE_ATTEMPTS):
-        plan = _plan_for(source, host, request, hub_token)
-        lead = spanned_hosts(plan, host)[0]
-        # only vLLM's Ray executor runs one model over several hosts
-        engine = Engine.VLLM if plan.multi_host else _engine_for(request, lead, source)
+        if not isinstance(source, ModelSource):  # llama.cpp: its GGUF plans on each attempt
+            gguf = gguf_launch.plan_gguf(
+                host=host,
+                model_ref=request.model_ref,
+                plan_request=request.plan_request,
+                gpu_indices=request.gpu_indices,
+            )
+            source, snapshot = gguf.source, gguf_launch.snapshot(gguf, options["overrides"])
+            placed: tuple[planning.Plan | None, PlanSnapshot] = (None, snapshot)
+            lead, engine = host, str(Engine.LLAMACPP)
+        else:
+            plan = _plan_for(source, host, request, hub_token)
+            placed = (plan, from_plan(plan, model_ref=source.ref, request=options["overrides"]))
+            lead = spanned_hosts(plan, host)[0]
+            # only vLLM's Ray executor runs one model over several hosts
+            engine = Engine.VLLM if plan.multi_host else _engine_for(request, lead, source)
         try:
-            return _create(user, name, lead, source, engine, plan, options, http_request)
+            return _create(user, name, lead, source, engine, placed, options, http_request)
         except ReservationConflict:
             if attempt == RESERVE_ATTEMPTS - 1:
                 raise
     raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _resolve(request: LaunchRequest) -> ModelSource:
+    try:
+        return resolve_source(request.model_ref, request.revision)
+    except ModelSourceError as exc:
+        raise DeploymentError(str(exc)) from exc
 
 
 @transaction.atomic
@@ -219,21 +229,26 @@ def _create(
     user: Any,
     name: str,
     host: Host,
-    source: ModelSource,
+    source: ModelSource | GgufSource,
     engine: str,
-    plan: planning.Plan,
+    placed: tuple[planning.Plan | None, PlanSnapshot],
     options: dict[str, Any],
     http_request: HttpRequest | None,
 ) -> Deployment:
-    snapshot = from_plan(plan, model_ref=source.ref, request=options["overrides"])
-    count = max(len(plan.gpus), 1)
+    """`placed`: the vLLM planner's plan (None for a llama.cpp launch) and the snapshot."""
+    plan, snapshot = placed
+    count = max(len(snapshot.gpus), 1)
     try:
         with transaction.atomic():
             rows = _create_rows(user, name, host, source, engine, snapshot, options, count)
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
-    reserve_gpus(rows, host, plan)
-    if plan.multi_host:
+    if plan is None:
+        lease = zip(snapshot.gpus[0], snapshot.per_gpu, strict=True)
+        reserve_bytes(rows, host, [{(host.name, g.index): f.total_bytes for g, f in lease}])
+    else:
+        reserve_gpus(rows, host, plan)
+    if plan is not None and plan.multi_host:
         ray_nodes(rows[0], plan, host)
     for row in rows:
         key = row.engine_api_key()
@@ -255,8 +270,8 @@ def _create(
             "model": source.ref,
             "engine": engine,
             "host": host.name,
-            "hosts": [h.name for h in spanned_hosts(plan, host)],
-            "multi_host": plan.multi_host,
+            "hosts": [h.name for h in spanned_hosts(plan, host)] if plan else [host.name],
+            "multi_host": bool(plan and plan.multi_host),
             "team": team.name if (team := options.get("team")) else None,
             "replicas": count,
             "replicas_asked": options["overrides"].get("replicas", 1),
@@ -265,8 +280,8 @@ def _create(
             "replica_ids": [row.pk for row in rows],
             "reserved_bytes": [g.total_bytes for g in snapshot.per_gpu],
             "planned_command": list(first.planned_argv),
-            "tensor_parallel_size": plan.tensor_parallel_size,
-            "pipeline_parallel_size": plan.pipeline_parallel_size,
+            "tensor_parallel_size": snapshot.engine_args.tensor_parallel_size,
+            "pipeline_parallel_size": snapshot.engine_args.pipeline_parallel_size,
             "auto_restart": options["auto_restart"],
             "hub_token": "the launcher's own" if options["hub_token"] else "none given",
         },
@@ -280,7 +295,7 @@ def _create_rows(
     user: Any,
     name: str,
     host: Host,
-    source: ModelSource,
+    source: ModelSource | GgufSource,
     engine: str,
     snapshot: PlanSnapshot,
     options: dict[str, Any],

@@ -86,19 +86,6 @@ def test_service_refuses_a_flag_as_a_name(sim_host: Host, operator: Any) -> None
     assert not Deployment.objects.exists()
 
 
-def test_llamacpp_is_not_offered_nor_taken_until_a_launch_can_plan_it(
-    sim_host: Host, operator: Any
-) -> None:
-    form = LaunchForm({**VALID, "engine": "llamacpp"})
-    assert not form.is_valid() and list(form.errors) == ["engine"]
-    request = LaunchRequest(
-        name="gguf", model_ref="local:0/tiny", host_name=HOST, engine="llamacpp"
-    )
-    with pytest.raises(DeploymentError, match=r"Launching on llama.cpp is not available yet"):
-        deployment_create(user=operator, request=request)
-    assert not Deployment.objects.exists()
-
-
 def test_max_num_seqs_has_an_upper_bound(sim_host: Host) -> None:
     form = LaunchForm({**VALID, "max_num_seqs": "4097"})
     assert not form.is_valid()

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from deployments import planning
 from deployments.catalog.registered import planner_host
+from deployments.handoff.snapshot import from_plan
 from deployments.lifecycle import services
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import GpuLease
@@ -109,7 +110,14 @@ def test_a_reservation_that_no_longer_fits_is_refused_with_the_figures(
     options = {"overrides": {}, "auto_restart": False, "hub_token": None}
     with pytest.raises(services.ReservationConflict) as err:
         services._create(
-            operator, "late", two_gpu_host, source, "transformers", plan, options, None
+            operator,
+            "late",
+            two_gpu_host,
+            source,
+            "transformers",
+            (plan, from_plan(plan, model_ref=source.ref)),
+            options,
+            None,
         )
     message = str(err.value)
     assert message.startswith("GPU 0 on sharehost has 19.2 GiB free of 24 GiB")
