@@ -12,7 +12,6 @@ from deployments.catalog import commands
 from deployments.catalog.gguf_plan import (
     PARTS,
     GgufOptions,
-    llama_snapshot,
     plan_json,
     ratios_text,
     share_text,
@@ -22,6 +21,7 @@ from deployments.catalog.gguf_plan import (
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.plan_panel import target_notice
 from deployments.catalog.plan_targets import PlanTarget
+from deployments.handoff.snapshot import from_llamacpp_plan
 from deployments.planning.units import GIB
 
 # What-if GPUs by default: one consumer card; the panel offers others, among them two unequal
@@ -100,7 +100,8 @@ def no_fit_message(p: planning.LlamaCppPlan, options: GgufOptions) -> str:
 def command_lines(p: planning.LlamaCppPlan, source: GgufSource) -> dict[str, str]:
     """``llama-server`` and its ``docker run``, from the adapter's own renderer; for a Hub
     file, the path is the repo's (the file is fetched first)."""
-    argv = commands.llama_argv(llama_snapshot(p), source.engine_model)
+    # the launch's own bridge; the per-GPU overhead only sizes leases, not the command
+    argv = commands.llama_argv(from_llamacpp_plan(p, gpu_overhead_bytes=0), source.engine_model)
     gpus = [g.index for g in p.gpus]
     return {
         "llamacpp": shlex.join(argv),

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments import planning
-from deployments.handoff.snapshot import EngineArgs, GpuSlot, PlanSnapshot
+from deployments.handoff.snapshot import from_llamacpp_plan, planned_command
 from deployments.planning.units import GIB, MIB, gib
 
 ENGINE = "llama.cpp"
@@ -192,28 +192,22 @@ def plan_json(
         },
         "cpu": devices[0],
         "devices": devices[1:],
-        "flags": list(plan.flags()),
+        "flags": adapter_flags(plan),
         "reasons": list(plan.reasons),
         "warnings": list(plan.warnings),
     }
 
 
-def llama_snapshot(plan: planning.LlamaCppPlan) -> PlanSnapshot:
-    """The plan as the snapshot the llama-server adapter renders: every placement setting
-    explicit, so the copy-paste line is the placement the panel shows."""
-    s = plan.settings
-    engine = EngineArgs(
-        max_model_len=plan.context_cells,
-        max_num_seqs=s.slots,
-        n_gpu_layers=plan.gpu_layers,
-        split_mode=plan.split_mode,
-        tensor_split=plan.tensor_split if len(plan.gpus) > 1 else (),
-        cache_type_k=s.cache_type_k,
-        cache_type_v=s.cache_type_v,
-        flash_attn="on" if s.flash_attn else "off",
-        ubatch=s.ubatch,
-    )
-    return PlanSnapshot(engine_args=engine, gpus=(tuple(GpuSlot("", g.index) for g in plan.gpus),))
+def adapter_flags(plan: planning.LlamaCppPlan) -> list[str]:
+    """The plan's placement and size flags as the llama-server adapter renders them (the host
+    spawns the same call), less the binary and the model path."""
+    bridge = from_llamacpp_plan(plan, gpu_overhead_bytes=0)  # the overhead sizes leases only
+    argv = list(planned_command(bridge, "llamacpp", model=_PLACEHOLDER)[1:])
+    at = argv.index(_PLACEHOLDER)
+    return argv[: at - 1] + argv[at + 1 :]
+
+
+_PLACEHOLDER = "MODEL.gguf"
 
 
 def plans_json(

@@ -55,22 +55,6 @@ class LlamaCppPlan:
     reasons: tuple[str, ...]  # why it does not fit
     warnings: tuple[str, ...]
 
-    def flags(self) -> tuple[str, ...]:
-        """Every flag that sizes memory or places it, explicit (``--fit off``: the plan decides,
-        not llama.cpp's fit, which would otherwise shrink -c or move layers at start)."""
-        s = self.settings
-        out = ["-c", str(self.context_cells), "-np", str(s.slots), "--kv-unified"]
-        out += ["-ctk", s.cache_type_k, "-ctv", s.cache_type_v]
-        out += ["-fa", "on" if s.flash_attn else "off", "-ub", str(s.ubatch)]
-        out += ["-ngl", str(self.gpu_layers), "-sm", self.split_mode]
-        if self.split_mode != "none" and len(self.gpus) > 1:
-            out += ["-ts", ",".join(_share(share) for share in self.tensor_split)]
-        return (*out, "--fit", "off")
-
-
-def _share(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
 
 def _budget(gpu: Gpu, request: LlamaCppRequest, compute_bytes: int) -> int:
     return gpu.free_bytes - request.margin_bytes - request.gpu_overhead_bytes - compute_bytes

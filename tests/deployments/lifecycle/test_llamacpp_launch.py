@@ -169,9 +169,11 @@ def test_a_two_gpu_llamacpp_plan_becomes_its_flags(tiny_model: Path, tmp_path: P
     assert len(plan.gpus) == 2 and plan.split_mode == "layer"
     snapshot = from_llamacpp_plan(plan, gpu_overhead_bytes=request.gpu_overhead_bytes)
     argv = planned_command(snapshot, "llamacpp", model="/m/demo.gguf")
-    flags = plan.flags()
-    for flag in ("-c", "-np", "-ngl", "-sm", "-ts", "-ctk", "-ctv", "-fa", "-ub"):
-        assert argv[argv.index(flag) + 1] == flags[flags.index(flag) + 1], flag
+    ts = ",".join(f"{c:g}" for c in plan.tensor_split)
+    expected = {"-c": str(plan.context_cells), "-np": "3", "-ngl": str(plan.gpu_layers)}
+    expected |= {"-sm": "layer", "-ts": ts, "-ctk": "f16", "-ctv": "f16", "-fa": "off"}
+    expected |= {"-ub": str(plan.settings.ubatch)}
+    assert {flag: argv[argv.index(flag) + 1] for flag in expected} == expected
     assert [g.total_bytes for g in snapshot.per_gpu] == [
         d.total_bytes + (request.gpu_overhead_bytes if d.layers else 0) for d in plan.devices
     ]

@@ -127,9 +127,6 @@ def test_what_if_24_and_16_gib_is_a_two_gpu_layer_split_with_unequal_ratios():
     assert best.fits and len(best.gpus) == 2 and best.split_mode == "layer"
     first, second = best.tensor_split
     assert first > second and first + second == 33
-    flags = best.flags()
-    assert flags[flags.index("-ts") + 1] == f"{first:g},{second:g}"
-    assert flags[-2:] == ("--fit", "off")
 
 
 def test_a_model_that_fits_one_gpu_is_also_offered_on_one_gpu():
@@ -202,18 +199,15 @@ def test_spec_from_header_sums_tensor_bytes_per_layer_and_duplicates_a_tied_outp
     assert spec.file_type == "Q8_0" and spec.vocab_size == 384
 
 
-def test_the_flags_state_every_placement_and_size():
+def test_the_plan_states_every_placement_and_size():
     inventory = one_machine(parse_gpus("1x24GiB@pcie,1x16GiB@pcie"))
     settings = LlamaCppSettings(
         context_tokens=8000, slots=4, cache_type_k="q8_0", cache_type_v="q8_0", ubatch=256
     )
     plan = plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))[0]
-    first, second = (f"{c:g}" for c in plan.tensor_split)
-    assert plan.flags() == (
-        "-c", "8192", "-np", "4", "--kv-unified", "-ctk", "q8_0", "-ctv", "q8_0",
-        "-fa", "on", "-ub", "256", "-ngl", "9", "-sm", "layer", "-ts", f"{first},{second}",
-        "--fit", "off",
-    )  # fmt: skip
+    assert (plan.context_cells, plan.gpu_layers, plan.split_mode) == (8192, 9, "layer")
+    assert len(plan.tensor_split) == 2 and sum(plan.tensor_split) == 9
+    assert plan.settings == settings
 
 
 def test_what_the_planner_does_not_model_is_said():
