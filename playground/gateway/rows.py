@@ -92,8 +92,8 @@ def run_row(
         mode=Mode.CHAT if chat else Mode.COMPLETION,
         parameters={k: v for k, v in body.items() if k not in _NOT_PARAMETERS},
         messages=(body.get("messages") or []) if chat else [],
-        prompt="" if chat else _prompt_text(body.get("prompt")),
-        answer=outcome.answer,
+        prompt="" if chat else _storable(_prompt_text(body.get("prompt"))),
+        answer=_storable(outcome.answer),
         status=outcome.status,
         error=outcome.error[:2000],
         server_timings=outcome.timings,
@@ -102,3 +102,9 @@ def run_row(
 
 def _prompt_text(prompt: Any) -> str:
     return prompt if isinstance(prompt, str) else "\n".join(str(p) for p in prompt or ())
+
+
+def _storable(text: str) -> str:
+    """PostgreSQL text cannot hold NUL, and a model may emit that token (a random-weight demo
+    does): shown as U+FFFD, so the run is still saved."""
+    return text.replace("\x00", "\ufffd")

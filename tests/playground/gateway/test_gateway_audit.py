@@ -77,3 +77,22 @@ def test_whole_answers_and_refusals_are_recorded_once_each(
     wait_for(_statuses)
     assert httpx.post(url, json={**CHAT, "model": "nope"}, headers=headers).status_code == 404
     assert _settled_statuses() == ["ok", "model_not_found"]
+
+
+@pytest.mark.postgres
+def test_a_run_whose_answer_holds_a_nul_is_still_saved(operator: Any) -> None:
+    # PostgreSQL text refuses NUL; a random-weight model may emit that token.
+    from playground.gateway.payload import GatewayCall
+    from playground.gateway.rows import Outcome, run_row
+
+    call = GatewayCall(kind="completion", model="m", stream=False, wants_usage=False,
+                       body={"prompt": "a\x00b"})  # fmt: skip
+    row = run_row(
+        user=operator,
+        deployment_name="m",
+        call=call,
+        outcome=Outcome(status="ok", http_status=200, answer="x\x00y"),
+    )
+    row.save()
+    saved = PlaygroundRun.objects.get(pk=row.pk)
+    assert (saved.answer, saved.prompt) == ("x\ufffdy", "a\ufffdb")
