@@ -29,7 +29,7 @@ from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
 from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
-from deployments.lifecycle.spanning import check_hosts, further_hosts, ray_nodes, spanned_hosts
+from deployments.lifecycle.spanning import check_hosts, ray_nodes, spanned_hosts
 from deployments.live import drain
 from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
 from monitoring.models import Host
@@ -382,36 +382,3 @@ def stop_rows(
     for row in live:
         transaction.on_commit(partial(_enqueue, "deployments.stop", row, [row, first]))
     return first
-
-
-def deployment_relaunch(
-    *,
-    user: Any,
-    deployment: Deployment,
-    http_request: HttpRequest | None = None,
-    hub_token: str | None = None,
-) -> Deployment:
-    """A new deployment with the same model, host, plan settings and replicas asked for (every
-    replica of the old one must have ended)."""
-    group = list(deployment.group())
-    first = group[0]
-    if any(r.is_active for r in group):
-        raise DeploymentError(f"Stop {first.name} first; a restart launches it anew.")
-    plan = first.snapshot
-    overrides = dict(plan.request)
-    asked = overrides.pop("replicas", 1)  # launched before replicas: one
-    request = LaunchRequest(
-        name=first.name,
-        model_ref=plan.model_ref or first.model_id,
-        host_name=first.host.name,
-        engine=first.engine,
-        revision=first.revision,
-        plan_request=planning.PlanRequest(**overrides),
-        auto_restart=first.auto_restart,
-        replicas=None if asked == "max" else int(asked),
-        hosts=further_hosts(first),
-        team=first.team.name if first.team else None,
-    )
-    return deployment_create(
-        user=user, request=request, http_request=http_request, hub_token=hub_token
-    )

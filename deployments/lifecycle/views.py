@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments.catalog.selectors import session_hub_token
-from deployments.lifecycle import dispatch, launchphases, scaling, selectors, services
+from deployments.lifecycle import dispatch, launchphases, relaunch, scaling, selectors, services
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
@@ -106,7 +106,7 @@ def deployment_stop(request: HttpRequest, pk: int) -> HttpResponse:
 def deployment_relaunch(request: HttpRequest, pk: int) -> HttpResponse:
     deployment = get_object_or_404(Deployment, pk=pk)
     try:
-        new = services.deployment_relaunch(
+        new = relaunch.deployment_relaunch(
             user=request.user,
             deployment=deployment,
             http_request=request,

@@ -10,11 +10,11 @@ import pytest
 from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.lifecycle import selectors
+from deployments.lifecycle.relaunch import deployment_relaunch
 from deployments.lifecycle.services import (
     DeploymentError,
     LaunchRequest,
     deployment_create,
-    deployment_relaunch,
     deployment_stop,
 )
 from deployments.models import Deployment, GpuLease, Status, replicas
