@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from controlpanel import redisconn
+from deployments.live import drain
 from deployments.models import Deployment
 from monitoring.models import Host
+from playground.gateway import balance
 from tests.support.gateway import GATEWAY_MAX_CONCURRENT, GATEWAY_MAX_TOKENS, RealEngine
 from tests.support.stub_upstream import StubUpstream
 
@@ -35,7 +38,7 @@ def make_deployment(transactional_db: None, operator: Any) -> Callable[..., Depl
     def make(
         name: str, port: int, *, engine: str = "transformers", status: str = "running"
     ) -> Deployment:
-        return Deployment.objects.create(
+        d = Deployment.objects.create(
             name=name,
             model_id="/models/tiny",
             engine=engine,
@@ -45,6 +48,12 @@ def make_deployment(transactional_db: None, operator: Any) -> Callable[..., Depl
             port=port,
             created_by=operator,
         )
+        # Ids start again with each test's database, Redis does not: a drain mark or a down
+        # mark an earlier test left under this id (they last up to a minute) would keep this
+        # replica out of the gateway's rotation. A real engine clears them when it runs.
+        drain.drain_end([d.pk])
+        redisconn.client(connect_timeout_s=1).delete(balance.down_key(d.pk))
+        return d
 
     return make
 
