@@ -12,7 +12,7 @@ import pytest
 from deployments.catalog.gguf_write import convert_demo
 from tests.support.browser import login
 from tests.support.live_server import LiveServer
-from tests.support.waiting import wait_for
+from tests.support.waiting import BROWSER_WAIT_MS, wait_for
 
 pytestmark = pytest.mark.browser
 TWO_GPUS = "1x24GiB@pcie,1x16GiB@pcie"
@@ -42,7 +42,7 @@ def test_a_local_gguf_on_two_unequal_cards(
     login(page, asgi_server, operator.username)
     page.goto(f"{asgi_server.url}/models/")
     page.click("a[href='/models/gguf/local/0/demo/demo-Q8_0.gguf/']")
-    page.wait_for_url(lambda url: "/models/gguf/local/0/demo/" in url)
+    page.wait_for_url(lambda url: "/models/gguf/local/0/demo/" in url, timeout=BROWSER_WAIT_MS)
     assert page.locator("#plan-split").inner_text() == "one GPU, no split"
     assert page.locator("#launch-button").is_disabled()
     assert "coming with the engine adapter" in page.locator("#launch-note").inner_text()

@@ -16,7 +16,7 @@ from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.models import Deployment, GpuLease
 from tests.support.browser import login
 from tests.support.live_server import LiveServer
-from tests.support.waiting import wait_for
+from tests.support.waiting import BROWSER_WAIT_MS, wait_for
 from tests.support.workers import start_sim_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.worker, pytest.mark.engine]
@@ -89,6 +89,6 @@ def test_memory_table_and_live_failure(
     assert_fits_the_viewport(page, tmp_path)
 
     os.killpg(d.pgid, signal.SIGKILL)
-    page.wait_for_selector("#diagnosis")  # the status push reloads the page
+    page.wait_for_selector("#diagnosis", timeout=BROWSER_WAIT_MS)  # a status push reloads it
     assert page.locator("#status").inner_text() == "Failed"
     assert "exited unexpectedly" in page.locator("#diagnosis").inner_text()
