@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import ClassVar, Literal, Protocol
 
 MARKER_ENV = "SHARDBOARD_DEPLOYMENT_ID"
 OWNER_ENV = "SHARDBOARD_ENGINE_OWNER"  # <host>@<installation>: whose worker may adopt or stop it
@@ -92,6 +93,23 @@ class EngineCommand:
     @property
     def masked_env(self) -> dict[str, str]:
         return mask_env(self.env)
+
+
+class ExternalCommand:
+    """An engine run as an external command, never imported: the path an adapter was given,
+    else the one its environment variable names (a GPU host's own install), else the default."""
+
+    bin_env: ClassVar[str]
+
+    def __init__(self, executable: str | None = None) -> None:
+        self._executable = executable
+
+    def default_executable(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def executable(self) -> str:
+        return self._executable or os.environ.get(self.bin_env) or self.default_executable()
 
 
 class EngineAdapter(Protocol):

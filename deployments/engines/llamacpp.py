@@ -10,10 +10,9 @@ place layers differently from the plan. With `--fit off` the planner owns the de
 
 from __future__ import annotations
 
-import os
-
 from deployments.engines.base import (
     EngineCommand,
+    ExternalCommand,
     LaunchSpec,
     ReadinessProbe,
     UnsupportedSpec,
@@ -56,16 +55,13 @@ _FORBIDDEN_EXTRA = {
 }
 
 
-class LlamaServerAdapter:
+class LlamaServerAdapter(ExternalCommand):
     name = "llamacpp"
     supports_api_key = True
+    bin_env = LLAMA_SERVER_BIN_ENV
 
-    def __init__(self, executable: str | None = None) -> None:
-        self._executable = executable
-
-    @property
-    def executable(self) -> str:
-        return self._executable or os.environ.get(LLAMA_SERVER_BIN_ENV) or "llama-server"
+    def default_executable(self) -> str:
+        return "llama-server"
 
     def build(self, spec: LaunchSpec) -> EngineCommand:
         _check(spec)

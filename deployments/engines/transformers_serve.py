@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from deployments.engines.base import (
     LOOPBACK_HOST,
     EngineCommand,
+    ExternalCommand,
     LaunchSpec,
     ReadinessProbe,
     UnsupportedSpec,
@@ -31,16 +31,13 @@ def default_executable() -> str:
     return str(Path(sys.executable).parent / "transformers")
 
 
-class TransformersAdapter:
+class TransformersAdapter(ExternalCommand):
     name = "transformers"
     supports_api_key = False
+    bin_env = TRANSFORMERS_BIN_ENV
 
-    def __init__(self, executable: str | None = None) -> None:
-        self._executable = executable
-
-    @property
-    def executable(self) -> str:
-        return self._executable or os.environ.get(TRANSFORMERS_BIN_ENV) or default_executable()
+    def default_executable(self) -> str:
+        return default_executable()
 
     def build(self, spec: LaunchSpec) -> EngineCommand:
         _check(spec)

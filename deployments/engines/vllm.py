@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 from deployments.engines.base import (
     EngineCommand,
+    ExternalCommand,
     LaunchSpec,
     ReadinessProbe,
     UnsupportedSpec,
@@ -34,16 +33,13 @@ _FORBIDDEN_EXTRA = {
 }
 
 
-class VllmAdapter:
+class VllmAdapter(ExternalCommand):
     name = "vllm"
     supports_api_key = True
+    bin_env = VLLM_BIN_ENV
 
-    def __init__(self, executable: str | None = None) -> None:
-        self._executable = executable
-
-    @property
-    def executable(self) -> str:
-        return self._executable or os.environ.get(VLLM_BIN_ENV) or "vllm"
+    def default_executable(self) -> str:
+        return "vllm"
 
     def build(self, spec: LaunchSpec) -> EngineCommand:
         _check(spec)
