@@ -16,13 +16,14 @@ from pathlib import Path
 import httpx
 import pytest
 
+from deployments.catalog.gguf_write import write_random_llama
 from deployments.engines import EngineCommand, LaunchSpec, get_adapter
 from deployments.engines.llamacpp import LLAMA_SERVER_BIN_ENV
 from deployments.engines.llamacpp_memory import HOST, MIB, read_buffers
 from deployments.host import supervisor as sv
 from deployments.host.diagnosis import diagnose
 from tests.support.llama_server import server_binary
-from tests.support.tiny_gguf import kv_bytes, write_tiny_llama
+from tests.support.llama_shapes import TINY, kv_bytes
 
 pytestmark = pytest.mark.engine
 
@@ -54,7 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         )
     pytest.importorskip("gguf", reason="the tiny GGUF is written with the gguf package")
     folder = tmp_path_factory.mktemp("llama")
-    model = write_tiny_llama(folder / "tiny.gguf")
+    model = write_random_llama(folder / "tiny.gguf", TINY, quant="F32")
     spec = LaunchSpec(
         deployment_id="llama-test",
         model=str(model),

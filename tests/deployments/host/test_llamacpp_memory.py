@@ -16,7 +16,7 @@ from deployments.engines.llamacpp_memory import (
     read_buffers,
     visible_order,
 )
-from tests.support.tiny_gguf import kv_bytes
+from tests.support.llama_shapes import kv_bytes
 
 RECORDED = Path(__file__).parent / "startup_logs" / "llamacpp_b11434_cpu.log"
 HALF_LOGGED_UNIT = round(0.005 * MIB)  # the lines carry MiB to two decimals
