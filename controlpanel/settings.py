@@ -163,6 +163,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # after Celery's default of 100 reconnection attempts and leave them unwatched.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 4 * 3600}
+# The same Redis transport, guarded so a Redis outage during a task in hand does not end the
+# host worker (controlpanel/brokertransport.py says why). Only for redis:// and rediss://.
+if REDIS_URL.split("://", 1)[0] in ("redis", "rediss"):
+    CELERY_BROKER_TRANSPORT = "controlpanel.brokertransport:Transport"
 
 SHARDBOARD_HOST_NAME = env.env_str("SHARDBOARD_HOST_NAME", socket.gethostname())
 SHARDBOARD_VLLM_BIN = env.env_str("SHARDBOARD_VLLM_BIN", "vllm")
