@@ -126,3 +126,19 @@ def test_the_plan_panel_applies_it_with_its_line_and_not_when_off(
     assert off["per_gpu"] == plain["per_gpu"] and off["kv_cache_tokens"] == plain["kv_cache_tokens"]
     assert not any("learned correction" in w for w in off["warnings"])
     assert off["launch"]["learned_correction"] == "off"
+
+
+def test_the_accuracy_page_lists_the_learned_corrections(
+    client: Client, admin_user: Any, deployment: Deployment, settings: Any
+) -> None:
+    for i in range(3):
+        _start(deployment, i, residual=GIB + i * 100 * MIB)
+    client.force_login(admin_user)
+    table = client.get("/planner-accuracy/").content.decode().split('id="accuracy-corrections"')[1]
+    row = table.split("</tbody>")[0]
+    assert H100 in row and VERSION in row
+    assert "1.10 GiB" in row and "0.20 GiB" in row  # the median applied; the spread
+    settings.SHARDBOARD_PLANNER_CORRECTION = False
+    page = client.get("/planner-accuracy/").content.decode()
+    assert "off: SHARDBOARD_PLANNER_CORRECTION" in page
+    assert H100 not in page.split('id="accuracy-corrections"')[1].split("</tbody>")[0]
