@@ -126,6 +126,12 @@ def test_the_plan_panel_applies_it_with_its_line_and_not_when_off(
     assert off["per_gpu"] == plain["per_gpu"] and off["kv_cache_tokens"] == plain["kv_cache_tokens"]
     assert not any("learned correction" in w for w in off["warnings"])
     assert off["launch"]["learned_correction"] == "off"
+    api = client.get("/api/v1/plan", {"ref": QWEN, "target": "h-calib"}).json()["plan"]
+    api_off = client.get(
+        "/api/v1/plan", {"ref": QWEN, "target": "h-calib", "learned_correction": "off"}
+    ).json()["plan"]
+    assert api["kv_cache_tokens"] == corrected["kv_cache_tokens"]
+    assert api_off["kv_cache_tokens"] == plain["kv_cache_tokens"]
 
 
 def test_the_accuracy_page_lists_the_learned_corrections(
