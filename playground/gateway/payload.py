@@ -59,6 +59,8 @@ def parse_call(raw: bytes, kind: Kind, *, max_choices: int) -> GatewayCall:
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
     wants_usage = wants_usage or not PROTOCOLS[kind].stream_usage  # nothing added to drop
+    if "stream" not in body and PROTOCOLS[kind].says_stream:
+        body = {**body, "stream": False}
     return GatewayCall(kind, model, bool(body.get("stream")), wants_usage, body)
 
 

@@ -65,6 +65,9 @@ class Protocol:
     engines: frozenset[str] = ALL_ENGINES
     meter: type[sse.StreamMeter] = sse.StreamMeter
     keeps_responses: bool = False  # the engine keeps answers by id (GET, cancel: followup)
+    # An absent `stream` sent as false: transformers serve 5.23 streams a Responses answer
+    # unless told not to (transformers/cli/serving/response.py, handle_request).
+    says_stream: bool = False
 
     @property
     def path(self) -> str:
@@ -100,6 +103,7 @@ PROTOCOLS: dict[Kind, Protocol] = {
         error_frame=_responses_error_frame,
         meter=ResponsesMeter,
         keeps_responses=True,
+        says_stream=True,
     ),
     "messages": Protocol(
         "messages",

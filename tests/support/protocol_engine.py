@@ -147,7 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
     # --- the answers ------------------------------------------------------------------------
 
     def _answer(self, max_tokens: Any) -> list[str]:
-        n = self.owner.tokens if not isinstance(max_tokens, int) else min(max_tokens, self.owner.tokens)
+        n = (
+            self.owner.tokens
+            if not isinstance(max_tokens, int)
+            else min(max_tokens, self.owner.tokens)
+        )
         return [f"w{i} " for i in range(n)]
 
     def _responses(self, body: dict[str, Any]) -> None:
@@ -178,7 +182,10 @@ class _Handler(BaseHTTPRequestHandler):
             events.append(("response.output_text.delta", {**delta, "logprobs": []}))
         events.append(("response.completed", {"response": done}))
         self._stream(
-            [(kind, {"type": kind, "sequence_number": i, **data}) for i, (kind, data) in enumerate(events)]
+            [
+                (kind, {"type": kind, "sequence_number": i, **data})
+                for i, (kind, data) in enumerate(events)
+            ]
         )
 
     def _cancel(self, rid: str) -> None:

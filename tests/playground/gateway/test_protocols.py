@@ -175,7 +175,9 @@ def test_transformers_serve_answers_responses_through_the_gateway(
     client = OpenAI(base_url=f"{server.url}/v1", api_key=_raw_token(operator), max_retries=0)
     response = client.responses.create(model="tiny", input="hello", max_output_tokens=4)
     assert response.usage is not None and 1 <= response.usage.output_tokens <= 4
-    events = list(client.responses.create(model="tiny", input="hi", max_output_tokens=3, stream=True))
+    events = list(
+        client.responses.create(model="tiny", input="hi", max_output_tokens=3, stream=True)
+    )
     assert events[0].type == "response.created" and events[-1].type == "response.completed"
     rows = sorted(_audit("/v1/responses", 2), key=lambda r: r.pk)
     assert all(r.detail["status"] == "ok" for r in rows)
