@@ -29,7 +29,17 @@ def llama(make_deployment: Any, tmp_path: Path) -> Iterator[Any]:
 
     model = write_random_llama(tmp_path / "tiny.gguf", TINY, quant="F32")
     deployment = make_deployment("llama", 1, engine="llamacpp")
-    args = ["--api-key", deployment.engine_api_key(), "-a", "llama", "-c", "512", "--embeddings"]
+    args = [
+        "--api-key",
+        deployment.engine_api_key(),
+        "-a",
+        "llama",
+        "-c",
+        "512",
+        "--embeddings",
+        "--pooling",
+        "mean",
+    ]
     with llama_server(binary, model, args, tmp_path) as started:
         deployment.port = int(started.url.rsplit(":", 1)[1])
         deployment.save(update_fields=["port"])
