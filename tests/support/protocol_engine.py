@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import struct
 import threading
 import time
@@ -52,6 +53,7 @@ class ProtocolEngine:
     tokens: int = 5
     interval_s: float = 0.0
     model: str = "stand-in"
+    break_after: int | None = None  # events sent before the engine hangs up mid-stream
     seen: list[Seen] = field(default_factory=list)
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)
     _server: ThreadingHTTPServer | None = None
@@ -285,7 +287,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        for kind, data in events:
+        for i, (kind, data) in enumerate(events):
+            if i == self.owner.break_after:  # dies: no last chunk, the connection cut
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             frame = f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             self.wfile.flush()

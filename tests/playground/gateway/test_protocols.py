@@ -165,6 +165,23 @@ def test_anthropic_stream_is_relayed_event_by_event_with_its_event_lines(
     ]
 
 
+def test_an_engine_that_dies_mid_stream_ends_it_with_anthropics_error_event(
+    server: Any, engine: ProtocolEngine, big: Any, operator: Any
+) -> None:
+    from anthropic import Anthropic, APIStatusError
+
+    engine.break_after = 4  # message_start, content_block_start, two text deltas
+    client = Anthropic(base_url=server.url, api_key=_raw_token(operator), max_retries=0)
+    texts: list[str] = []
+    with pytest.raises(APIStatusError) as broken:
+        with client.messages.stream(model="big", max_tokens=5, messages=USER) as stream:
+            texts.extend(stream.text_stream)
+    assert texts == ["w0 ", "w1 "]  # what came before the engine died reached the client
+    assert "closed the connection" in str(broken.value)
+    row = _audit("/v1/messages")[0]
+    assert row.detail["http_status"] == 502 and row.detail["status"] == "engine_error"
+
+
 def test_transformers_serve_answers_responses_through_the_gateway(
     server: Any, tiny_engine: Any, make_deployment: Any, operator: Any
 ) -> None:
