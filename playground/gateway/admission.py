@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from controlpanel.audit import client_ip
 from playground import tokens
-from playground.gateway import dbwork, protocols, ratelimit, rows
+from playground.gateway import dbwork, protocols, ratelimit, response_routes, rows
 from playground.gateway.access import (
     AccessError,
     Caller,
@@ -71,6 +71,10 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
         unserved = protocols.unserved(kind, replicas[0].engine)
         if unserved is not None:
             raise AccessError(400, "unsupported_endpoint", f"{call.model!r}: {unserved}")
+        if call.protocol.keeps_responses:  # a continuation goes where its history is kept
+            replicas = await response_routes.pinned(
+                user_id=caller.user.pk, body=call.body, replicas=replicas
+            )
     except AccessError as exc:
         refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
         await dbwork.wait(refusal)

@@ -1,26 +1,22 @@
 """Follow-ups of a kept response: GET /v1/responses/{id} and POST /v1/responses/{id}/cancel.
 
-vLLM keeps a Responses answer in the memory of the engine that made it
-(vllm/entrypoints/openai/responses/api_router.py:80-124 answer GET and cancel from there), so a
-follow-up must reach that replica, not whichever the balancer would pick. The gateway remembers
-id → (replica, caller) in Redis for ROUTE_TTL_S when it relays the answer; a follow-up from
-another caller, or for an id it never relayed, is a 404 (ids are not secrets to rely on).
+vLLM answers them from the engine that made the response
+(vllm/entrypoints/openai/responses/api_router.py:80-124): the gateway remembers which replica
+that was when it relays the answer (playground.gateway.response_routes) and sends the follow-up
+there. One from another caller, or for an id it never relayed, is a 404 (ids are not secrets
+to rely on).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import logging
-import re
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from django.db.models import Model
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
-from redis.exceptions import RedisError
 
 from controlpanel.audit import client_ip
 from deployments.models import Deployment
@@ -29,9 +25,9 @@ from playground.gateway.access import AccessError, authenticate_async
 from playground.gateway.asgi import RelayResponse
 from playground.gateway.engine_client import Answer, EngineIOError
 from playground.gateway.errors import error_response
-from playground.gateway.limits import _client
 from playground.gateway.meters import ResponsesMeter
 from playground.gateway.payload import GatewayCall
+from playground.gateway.response_routes import ID_PATTERN, replica_of, store
 from playground.gateway.rows import Outcome
 from playground.gateway.targets import deployments_usable, target_of
 from playground.gateway.upstream import Target, UpstreamError, open_get, open_response
@@ -40,24 +36,15 @@ if TYPE_CHECKING:
     from playground.gateway.access import Caller
     from playground.gateway.admission import Exchange
 
-logger = logging.getLogger(__name__)
-# How long a follow-up finds its replica: vLLM keeps stored responses until the engine stops,
-# and a background response is polled for minutes, not days.
-ROUTE_TTL_S = 24 * 3600
-ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,200}")
 FOLLOWUP_ENGINES = frozenset({"vllm"})  # transformers serve and llama-server keep none
 _QUERY_KEYS = ("stream", "starting_after")  # vLLM's GET parameters (api_router.py:82-87)
 _pending: set[asyncio.Task[None]] = set()
 
 
-def route_key(response_id: str) -> str:
-    return f"sb:gw:response:{response_id}"
-
-
 async def remember(exchange: Exchange, meter: sse.StreamMeter) -> None:
     response_id = getattr(meter, "response_id", None)
     if response_id:
-        await _store(response_id, exchange.target.deployment_id, exchange.caller.user.pk)
+        await store(response_id, exchange.target.deployment_id, exchange.caller.user.pk)
 
 
 def watch(exchange: Exchange, meter: sse.StreamMeter) -> None:
@@ -66,35 +53,13 @@ def watch(exchange: Exchange, meter: sse.StreamMeter) -> None:
 
     def seen(response_id: str) -> None:
         task = asyncio.get_running_loop().create_task(
-            _store(response_id, exchange.target.deployment_id, exchange.caller.user.pk)
+            store(response_id, exchange.target.deployment_id, exchange.caller.user.pk)
         )
         _pending.add(task)  # held until done: the loop keeps only a weak reference
         task.add_done_callback(_pending.discard)
 
     if isinstance(meter, ResponsesMeter):
         meter.on_id = seen
-
-
-async def _store(response_id: str, replica_id: int, user_id: int) -> None:
-    if not ID_PATTERN.fullmatch(response_id):
-        return
-    value = json.dumps({"replica": replica_id, "user": user_id})
-    try:
-        await _client().set(route_key(response_id), value, ex=ROUTE_TTL_S)
-    except RedisError as exc:  # the answer still reaches the client; a follow-up will 404
-        logger.warning("could not remember the replica of response %s: %s", response_id, exc)
-
-
-async def _replica_of(response_id: str, user_id: int) -> int | None:
-    try:
-        raw = await _client().get(route_key(response_id))
-    except RedisError as exc:
-        raise AccessError(503, "gateway_unavailable", f"routes are unreadable: {exc}") from exc
-    route = json.loads(raw) if raw else None
-    if not isinstance(route, dict) or route.get("user") != user_id:
-        return None
-    replica = route.get("replica")
-    return replica if isinstance(replica, int) else None
 
 
 def _running_target(*, user: Any, replica_id: int) -> Target | None:
@@ -143,7 +108,7 @@ async def _target(caller: Caller, response_id: str) -> Target:
     missing = AccessError(404, "not_found_error", f"no response {response_id[:200]!r} to follow")
     if not ID_PATTERN.fullmatch(response_id):
         raise missing
-    replica_id = await _replica_of(response_id, caller.user.pk)
+    replica_id = await replica_of(response_id, caller.user.pk)
     if replica_id is None:
         raise missing
     lookup = functools.partial(_running_target, user=caller.user, replica_id=replica_id)

@@ -108,6 +108,40 @@ def test_openai_responses_stream_keeps_its_events(
     assert "[DONE]" not in raw.text
 
 
+@pytest.fixture
+def least_loaded(gateway_settings: Any) -> None:
+    """Least loaded only (set before the server forks): ties rotate between the replicas, so
+    nothing but the pin keeps a continuation on one of them."""
+    gateway_settings.PLAYGROUND_ROUTING_LOAD_FACTOR = 0
+
+
+def test_a_continuation_goes_to_the_replica_that_keeps_the_previous_response(
+    least_loaded: None, server: Any, make_deployment: Any, operator: Any
+) -> None:
+    from openai import OpenAI
+
+    from deployments.models import Deployment
+
+    engines = [ProtocolEngine().start(), ProtocolEngine().start()]
+    try:
+        one = make_deployment("pair", engines[0].port, engine="vllm")
+        two = make_deployment("pair-2", engines[1].port, engine="vllm")
+        Deployment.objects.filter(pk=two.pk).update(name="pair", replica_of=one, replica_index=2)
+        engines[0].api_key, engines[1].api_key = one.engine_api_key(), two.engine_api_key()
+        client = OpenAI(base_url=f"{server.url}/v1", api_key=_raw_token(operator), max_retries=0)
+        made = client.responses.create(model="pair", input="hi")
+        for _ in range(4):
+            client.responses.create(model="pair", input="and?", previous_response_id=made.id)
+        counts = sorted(len(e.seen) for e in engines)
+        assert counts == [0, 5], "every continuation on the replica that keeps its history"
+        for _ in range(4):  # new conversations still spread over both
+            client.responses.create(model="pair", input="new")
+        assert min(len(e.seen) for e in engines) >= 1
+    finally:
+        for engine in engines:
+            engine.stop()
+
+
 def test_openai_embeddings(server: Any, engine: ProtocolEngine, big: Any, operator: Any) -> None:
     from openai import OpenAI
 
