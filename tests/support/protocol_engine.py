@@ -110,6 +110,9 @@ class _Handler(BaseHTTPRequestHandler):
             kept = self.owner.kept.get(path.rsplit("/", 1)[1])
             if kept is None:
                 self._json(404, _openai_error(404, "Response not found"))
+            elif "stream=true" in self.path:  # its events again (serving.py retrieve_responses)
+                event = {"type": "response.completed", "sequence_number": 0, "response": kept}
+                self._stream([("response.completed", event)])
             else:
                 self._json(200, kept)
             return

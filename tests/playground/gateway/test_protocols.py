@@ -99,6 +99,12 @@ def test_openai_responses_stream_keeps_its_events(
     assert row.detail["ttft_ms"] is not None
     rid = events[0].response.id  # remembered from the first event: a cancel finds its replica
     assert client.responses.retrieve(rid).status == "completed"
+    replay = httpx.get(
+        f"{server.url}/v1/responses/{rid}?stream=true&starting_after=0&evil=1",
+        headers={"Authorization": f"Bearer {_raw_token(operator)}"},
+    )
+    assert replay.text.startswith("event: response.completed\ndata: {")
+    assert engine.seen[-1].path == f"/v1/responses/{rid}?stream=true&starting_after=0"
     raw = httpx.post(
         f"{server.url}/v1/responses",
         json={"model": "big", "input": "hi", "stream": True},
