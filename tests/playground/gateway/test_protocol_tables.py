@@ -177,3 +177,18 @@ def test_an_error_answer_in_anthropics_shape_keeps_its_headers() -> None:
         "error": {"type": "rate_limit_error", "message": "slow down"},
     }
     assert shaped.status_code == 429 and shaped["Retry-After"] == "7"
+
+
+def test_responses_and_messages_bodies_have_a_prefix_to_route_by() -> None:
+    from playground.gateway import routing
+
+    header = "You are a careful assistant. " * 50
+    text = routing.prefix_key({"input": header + "one"})
+    assert text != "" and text == routing.prefix_key({"input": header + "two"})
+    items = [{"role": "user", "content": header}]
+    assert routing.prefix_key({"input": items}) == routing.prefix_key({"messages": items})
+    blocks = [{"role": "user", "content": [{"type": "text", "text": header}]}]
+    assert routing.prefix_key({"messages": blocks, "max_tokens": 5}) != ""
+    assert routing.prefix_key({"input": "x", "prompt": {"id": "pmpt_1"}}) == routing.prefix_key(
+        {"input": "x"}
+    )
