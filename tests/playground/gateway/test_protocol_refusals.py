@@ -187,3 +187,26 @@ def test_limits_apply_with_usage_read_from_each_protocols_own_block(
     limited_rows = AuditEvent.objects.filter(detail__status="rate_limited")
     wait_for(lambda: limited_rows.count() == 2)
     assert {r.detail["endpoint"] for r in limited_rows} == {"/v1/messages", "/v1/embeddings"}
+
+
+@pytest.fixture
+def small_bodies(gateway_settings: Any) -> None:
+    gateway_settings.PLAYGROUND_MAX_BODY_BYTES = 4096  # read when the server forks
+
+
+def test_a_body_past_the_limit_is_refused_before_it_is_read_in_anthropics_shape(
+    small_bodies: None, server: Any, engine: ProtocolEngine, big: Any, operator: Any
+) -> None:
+    huge = {**MESSAGE, "messages": [{"role": "user", "content": "x" * 8000}]}
+    headers = {"x-api-key": _token(operator)}
+    answer = httpx.post(f"{server.url}/v1/messages", json=huge, headers=headers)
+    assert "larger than the gateway's limit of 4,096 bytes" in _anthropic_error(
+        answer, 413, "request_too_large"
+    )
+    anonymous = httpx.post(f"{server.url}/v1/messages/count_tokens", json=MESSAGE)
+    _anthropic_error(anonymous, 401, "authentication_error")  # refused before the body
+    responses = httpx.post(
+        f"{server.url}/v1/responses", json={"model": "big", "input": "x" * 8000}, headers=headers
+    )
+    assert responses.status_code == 413 and responses.json()["error"]["type"] == "request_too_large"
+    assert engine.seen == []
