@@ -94,6 +94,7 @@ def words(value: Any) -> int:
 class _Handler(BaseHTTPRequestHandler):
     owner: ProtocolEngine
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # each event leaves at once, as from a real engine
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         return
