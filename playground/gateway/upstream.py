@@ -79,8 +79,8 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answ
 
 
 async def open_get(target: Target, path: str, leaf: str) -> Answer:
-    """A GET of `path` + "/" + `leaf` (an id, checked by the caller: URL-safe characters only)
-    with `query`-less caching of the engine's address; an engine error raises."""
+    """A GET of `path` + "/" + `leaf` (an id and its query, checked by the caller); the URL of
+    `path` is the cached one, the leaf is not cached (ids are unique); an engine error raises."""
     try:
         base, headers = request_parts(target.base_url, path, target.api_key)
     except ValueError as exc:
