@@ -11,7 +11,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from deployments.planning import SafetensorsSummary, with_hf_quant_config
+from deployments.planning import (
+    ST_POOLING_TYPES,
+    ModelSpec,
+    SafetensorsSummary,
+    with_hf_quant_config,
+)
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # the largest real config.json is a few hundred KiB
@@ -117,6 +122,39 @@ def index_total_bytes(path: Path) -> int | None:
     data = read_config_like(path)
     size = (data.get("metadata") or {}).get("total_size")
     return int(size) if isinstance(size, int | float) else None
+
+
+def folder_spec(folder: Path) -> ModelSpec:
+    """The planner's ModelSpec of a local folder: config.json, the safetensors headers, and a
+    sentence-transformers model's modules.json with its pooling config, which make vLLM serve
+    it with the pooling runner (planning.model.pooling). Errors: ModelFilesError, PlanningError."""
+    config, summary = read_model_folder(folder)
+    modules, pooling = read_sentence_transformers(folder)
+    return ModelSpec.from_config(
+        config, safetensors=summary, name=folder.name, st_modules=modules, st_pooling=pooling
+    )
+
+
+def read_sentence_transformers(folder: Path) -> tuple[list[Any] | None, dict[str, Any] | None]:
+    """modules.json and its Pooling module's config.json, as vLLM's get_pooling_config reads
+    them (transformers_utils/config.py:1030-1066); (None, None) for a plain model."""
+    path = folder / "modules.json"
+    if not path.is_file():
+        return None, None
+    try:
+        modules = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFilesError(f"{path}: unreadable JSON ({exc})") from None
+    if not isinstance(modules, list):
+        raise ModelFilesError(f"{path}: expected a JSON list of modules")
+    pool = next(
+        (m for m in modules if isinstance(m, dict) and m.get("type") in ST_POOLING_TYPES), None
+    )
+    sub = str(pool.get("path") or "") if pool else ""
+    pooling_path = (folder / sub / "config.json").resolve()
+    if not pool or not pooling_path.is_relative_to(folder.resolve()) or not pooling_path.is_file():
+        return modules, None
+    return modules, _read_json(pooling_path)
 
 
 def read_config_like(path: Path) -> dict[str, Any]:

@@ -97,13 +97,14 @@ def load_spec(source: ModelSource, *, token: str | None = None) -> ModelSpec:
 
 
 def _local_spec(folder: Path) -> ModelSpec:
-    from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+    from deployments.catalog.modelfiles import ModelFilesError, folder_spec
 
     try:
-        config, summary = read_model_folder(folder)
+        return folder_spec(folder)
     except ModelFilesError as exc:
         raise ModelSourceError(str(exc)) from exc
-    return _spec(config, summary, folder.name)
+    except PlanningError as exc:
+        raise ModelSourceError(f"{folder.name}: {exc}") from exc
 
 
 def _spec(config: dict[str, Any], summary: SafetensorsSummary | None, name: str) -> ModelSpec:
