@@ -1,0 +1,68 @@
+"""A local sentence-transformers folder on the model page and the plan endpoint: named an
+embedding model, planned without KV rows, its vLLM command with the pooling runner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from tests.support.catalog import login_client
+
+BERT = {
+    "architectures": ["BertModel"],
+    "model_type": "bert",
+    "hidden_size": 384,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 12,
+    "intermediate_size": 1536,
+    "vocab_size": 30522,
+    "max_position_embeddings": 512,
+    "type_vocab_size": 2,
+    "torch_dtype": "float32",
+}
+MODULES = [
+    {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+    {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+]
+
+
+@pytest.fixture
+def embed_root(tmp_path: Path, settings: Any) -> Path:
+    folder = tmp_path / "models" / "minilm"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(BERT))
+    (folder / "modules.json").write_text(json.dumps(MODULES))
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    settings.MODEL_ROOTS = [tmp_path / "models"]
+    return folder
+
+
+@pytest.mark.django_db
+def test_plan_endpoint_shows_an_encoder_without_kv(
+    client: Client, viewer: Any, embed_root: Path
+) -> None:
+    login_client(client, viewer)
+    query = {"ref": "local:0/minilm", "target": "whatif", "gpus": "1x80GiB"}
+    data = client.get("/models/plan/", query).json()
+    assert data["ok"], data
+    p = data["plan"]
+    assert p["model_kind"].startswith("embedding model (an encoder: no KV cache")
+    assert p["no_kv"] and p["kv_cache_tokens"] == 0
+    assert "KV cache" not in [part["name"] for part in p["chart"]["parts"]]
+    assert all(g["kv_cache_bytes"] == 0 for g in p["per_gpu"])
+    assert "--runner pooling" in p["commands"]["vllm"]
+    assert p["engine_settings"]["gpu_memory_utilization"] < 0.05
+
+
+@pytest.mark.django_db
+def test_model_page_says_embedding_model(client: Client, viewer: Any, embed_root: Path) -> None:
+    login_client(client, viewer)
+    html = client.get("/models/local/0/minilm/", {"target": "whatif", "gpus": "1x80GiB"})
+    text = html.content.decode()
+    assert html.status_code == 200
+    assert "data-kind>embedding model" in text
+    assert 'id="kv-figure" hidden' in text
