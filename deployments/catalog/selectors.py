@@ -143,7 +143,14 @@ def spec_from_card(card: ModelCard) -> planning.ModelSpec:
     counts = dict(card.parameters_by_dtype)
     summary = planning.SafetensorsSummary(counts) if counts else None
     try:
-        return planning.ModelSpec.from_config(card.config, safetensors=summary, name=card.repo_id)
+        st = card.sentence_transformers or {}
+        return planning.ModelSpec.from_config(
+            card.config,
+            safetensors=summary,
+            name=card.repo_id,
+            st_modules=st.get("modules"),
+            st_pooling=st.get("pooling"),
+        )
     except planning.PlanningError as exc:
         raise ModelSourceError(f"{card.repo_id}: {exc}") from exc
 

@@ -93,7 +93,8 @@ def load_spec(source: ModelSource, *, token: str | None = None) -> ModelSpec:
     summary = (
         SafetensorsSummary(dict(card.parameters_by_dtype)) if card.parameters_by_dtype else None
     )
-    return _spec(card.config, summary, source.ref)
+    st = card.sentence_transformers or {}
+    return _spec(card.config, summary, source.ref, st.get("modules"), st.get("pooling"))
 
 
 def _local_spec(folder: Path) -> ModelSpec:
@@ -107,9 +108,17 @@ def _local_spec(folder: Path) -> ModelSpec:
         raise ModelSourceError(f"{folder.name}: {exc}") from exc
 
 
-def _spec(config: dict[str, Any], summary: SafetensorsSummary | None, name: str) -> ModelSpec:
+def _spec(
+    config: dict[str, Any],
+    summary: SafetensorsSummary | None,
+    name: str,
+    st_modules: list[Any] | None = None,
+    st_pooling: dict[str, Any] | None = None,
+) -> ModelSpec:
     try:
-        return ModelSpec.from_config(config, safetensors=summary, name=name)
+        return ModelSpec.from_config(
+            config, safetensors=summary, name=name, st_modules=st_modules, st_pooling=st_pooling
+        )
     except PlanningError as exc:
         raise ModelSourceError(f"{name}: {exc}") from exc
 

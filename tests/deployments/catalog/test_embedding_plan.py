@@ -10,7 +10,10 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from deployments.catalog.sources import load_spec, resolve_source
 from tests.support.catalog import login_client
+from tests.support.hubstub import HubStub
+from tests.support.hubstub.served import folder_repo
 
 BERT = {
     "architectures": ["BertModel"],
@@ -66,3 +69,40 @@ def test_model_page_says_embedding_model(client: Client, viewer: Any, embed_root
     assert html.status_code == 200
     assert "data-kind>embedding model" in text
     assert 'id="kv-figure" hidden' in text
+
+
+QWEN3_EMBEDDING = {  # Qwen/Qwen3-Embedding-0.6B's shape: a generative class, adapted by vLLM
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "intermediate_size": 3072,
+    "vocab_size": 151669,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.django_db
+def test_hub_sentence_transformers_repo_is_planned_as_embedding(
+    hub: HubStub, tmp_path: Path
+) -> None:
+    """Qwen3-Embedding's config says Qwen3ForCausalLM: only its modules.json, read from the
+    Hub beside config.json, tells vLLM (and the planner) that it embeds."""
+    folder = tmp_path / "qwen3-embed"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(QWEN3_EMBEDDING))
+    (folder / "modules.json").write_text(json.dumps(MODULES))
+    pooling = {"pooling_mode_lasttoken": True, "include_prompt": True}
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    hub.add_repo(folder_repo("acme/qwen3-embed", folder))
+    spec = load_spec(resolve_source("acme/qwen3-embed"))
+    assert spec.pooling is not None and not spec.encoder_only
+    assert (spec.pooling.convert, spec.pooling.pooling_type) == ("embed", "LAST")
+    (folder / "modules.json").unlink()
+    hub.add_repo(folder_repo("acme/qwen3-plain", folder))
+    assert load_spec(resolve_source("acme/qwen3-plain")).pooling is None

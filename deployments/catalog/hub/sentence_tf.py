@@ -1,0 +1,33 @@
+"""A sentence-transformers repo's pooling files, which make vLLM serve it as an embedding model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from huggingface_hub.hf_api import ModelInfo
+
+from deployments import planning
+
+MODULES = "modules.json"
+
+
+def sentence_transformers(
+    info: ModelInfo, read_json: Callable[[str], Any]
+) -> dict[str, Any] | None:
+    """modules.json and its Pooling module's config.json, as vLLM's get_pooling_config reads
+    them (transformers_utils/config.py:1030-1066); None when the repo has no modules.json.
+    ``read_json`` reads one file of the repo at the card's commit."""
+    names = {s.rfilename for s in info.siblings or []}
+    if MODULES not in names:
+        return None
+    modules = read_json(MODULES)
+    if not isinstance(modules, list):  # a JSON list of modules, or not a real modules.json
+        return None
+    pool = next(
+        (m for m in modules if isinstance(m, dict) and m.get("type") in planning.ST_POOLING_TYPES),
+        None,
+    )
+    path = f"{pool.get('path') or ''}/config.json".lstrip("/") if pool else ""
+    pooling = read_json(path) if path in names else None
+    return {"modules": modules, "pooling": pooling if isinstance(pooling, dict) else None}
