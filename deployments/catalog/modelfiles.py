@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from deployments.planning import (
-    ST_POOLING_TYPES,
     ModelSpec,
     SafetensorsSummary,
     with_hf_quant_config,
@@ -126,35 +125,25 @@ def index_total_bytes(path: Path) -> int | None:
 
 def folder_spec(folder: Path) -> ModelSpec:
     """The planner's ModelSpec of a local folder: config.json, the safetensors headers, and a
-    sentence-transformers model's modules.json with its pooling config, which make vLLM serve
-    it with the pooling runner (planning.model.pooling). Errors: ModelFilesError, PlanningError."""
+    sentence-transformers model's modules.json, Pooling config and sentence_bert_config.json,
+    which make vLLM serve it with the pooling runner (planning.model.pooling)."""
+    from deployments.catalog.hub.sentence_tf import read_files, spec_kwargs
+
     config, summary = read_model_folder(folder)
-    modules, pooling = read_sentence_transformers(folder)
-    return ModelSpec.from_config(
-        config, safetensors=summary, name=folder.name, st_modules=modules, st_pooling=pooling
-    )
+    names = {str(p.relative_to(folder)) for p in folder.glob("*.json")}
+    names |= {str(p.relative_to(folder)) for p in folder.glob("*/config.json")}
+    st = read_files(names, lambda name: _read_any_json(folder / name))
+    return ModelSpec.from_config(config, safetensors=summary, name=folder.name, **spec_kwargs(st))
 
 
-def read_sentence_transformers(folder: Path) -> tuple[list[Any] | None, dict[str, Any] | None]:
-    """modules.json and its Pooling module's config.json, as vLLM's get_pooling_config reads
-    them (transformers_utils/config.py:1030-1066); (None, None) for a plain model."""
-    path = folder / "modules.json"
-    if not path.is_file():
-        return None, None
+def _read_any_json(path: Path) -> Any:
+    """A small JSON file of the folder (a list or an object); ModelFilesError if unreadable."""
     try:
-        modules = json.loads(path.read_text(encoding="utf-8"))
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelFilesError(f"{path}: implausibly large")
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelFilesError(f"{path}: unreadable JSON ({exc})") from None
-    if not isinstance(modules, list):
-        raise ModelFilesError(f"{path}: expected a JSON list of modules")
-    pool = next(
-        (m for m in modules if isinstance(m, dict) and m.get("type") in ST_POOLING_TYPES), None
-    )
-    sub = str(pool.get("path") or "") if pool else ""
-    pooling_path = (folder / sub / "config.json").resolve()
-    if not pool or not pooling_path.is_relative_to(folder.resolve()) or not pooling_path.is_file():
-        return modules, None
-    return modules, _read_json(pooling_path)
 
 
 def read_config_like(path: Path) -> dict[str, Any]:

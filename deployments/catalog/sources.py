@@ -93,8 +93,7 @@ def load_spec(source: ModelSource, *, token: str | None = None) -> ModelSpec:
     summary = (
         SafetensorsSummary(dict(card.parameters_by_dtype)) if card.parameters_by_dtype else None
     )
-    st = card.sentence_transformers or {}
-    return _spec(card.config, summary, source.ref, st.get("modules"), st.get("pooling"))
+    return _spec(card.config, summary, source.ref, card.sentence_transformers)
 
 
 def _local_spec(folder: Path) -> ModelSpec:
@@ -112,12 +111,13 @@ def _spec(
     config: dict[str, Any],
     summary: SafetensorsSummary | None,
     name: str,
-    st_modules: list[Any] | None = None,
-    st_pooling: dict[str, Any] | None = None,
+    sentence_transformers: dict[str, Any] | None = None,
 ) -> ModelSpec:
+    from deployments.catalog.hub.sentence_tf import spec_kwargs
+
     try:
         return ModelSpec.from_config(
-            config, safetensors=summary, name=name, st_modules=st_modules, st_pooling=st_pooling
+            config, safetensors=summary, name=name, **spec_kwargs(sentence_transformers)
         )
     except PlanningError as exc:
         raise ModelSourceError(f"{name}: {exc}") from exc

@@ -106,10 +106,19 @@ class ModelSpec:
         name: str = "",
         st_modules: Sequence[Mapping[str, Any]] | None = None,
         st_pooling: Mapping[str, Any] | None = None,
+        st_max_seq_length: int | None = None,
     ) -> ModelSpec:
         """Build from a config.json dict (and safetensors metadata when known); a
-        sentence-transformers ``modules.json`` and its pooling config when the folder has them."""
+        sentence-transformers ``modules.json``, its pooling config and the ``max_seq_length`` of
+        its sentence_bert_config.json when the folder has them (vLLM takes that length as the
+        model's own: config/model.py:2636-2637)."""
         spec = spec_from_config(config, safetensors=safetensors, name=name)
+        if st_max_seq_length and st_max_seq_length > 0:
+            spec = replace(
+                spec,
+                derived_max_model_len=int(st_max_seq_length),
+                max_len_source=f"max_seq_length={int(st_max_seq_length)}",
+            )
         pooling = pooling_spec(
             spec.architectures, spec.model_type, st_modules=st_modules, st_pooling=st_pooling
         )

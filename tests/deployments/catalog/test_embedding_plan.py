@@ -40,6 +40,8 @@ def embed_root(tmp_path: Path, settings: Any) -> Path:
     (folder / "config.json").write_text(json.dumps(BERT))
     (folder / "modules.json").write_text(json.dumps(MODULES))
     (folder / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_cls_token": True}))
+    # vLLM's max_model_len for it (config/model.py:2636-2637), not the 512 positions
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256}))
     settings.MODEL_ROOTS = [tmp_path / "models"]
     return folder
 
@@ -55,6 +57,7 @@ def test_plan_endpoint_shows_an_encoder_without_kv(
     p = data["plan"]
     assert p["model_kind"].startswith("embedding model (an encoder: no KV cache")
     assert p["no_kv"] and p["kv_cache_tokens"] == 0
+    assert p["max_model_len"] == 256 and p["max_concurrency"] == 8192 // 256
     assert "KV cache" not in [part["name"] for part in p["chart"]["parts"]]
     assert all(g["kv_cache_bytes"] == 0 for g in p["per_gpu"])
     assert "--runner pooling" in p["commands"]["vllm"]
@@ -99,9 +102,11 @@ def test_hub_sentence_transformers_repo_is_planned_as_embedding(
     (folder / "modules.json").write_text(json.dumps(MODULES))
     pooling = {"pooling_mode_lasttoken": True, "include_prompt": True}
     (folder / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 8192}))
     hub.add_repo(folder_repo("acme/qwen3-embed", folder))
     spec = load_spec(resolve_source("acme/qwen3-embed"))
     assert spec.pooling is not None and not spec.encoder_only
+    assert spec.derived_max_model_len == 8192  # sentence_bert_config.json, not 32768
     assert (spec.pooling.convert, spec.pooling.pooling_type) == ("embed", "LAST")
     (folder / "modules.json").unlink()
     hub.add_repo(folder_repo("acme/qwen3-plain", folder))
