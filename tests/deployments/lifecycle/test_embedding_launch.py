@@ -128,6 +128,9 @@ def test_launch_passes_the_pooling_flags_and_models_says_embedding(
         page.force_login(operator)
         playground = page.get("/playground/").content.decode()
         assert 'id="embedding-note"' in playground and 'value="emb"' not in playground
+        detail = page.get(f"/deployments/{d.pk}/").content.decode()
+        assert 'id="model-kind">embedding model<' in detail
+        assert "no KV cache (an encoder)" in detail and 'id="kv-tokens"' not in detail
     finally:
         deployment_stop(user=operator, deployment=d)
         runner.stop(d.pk)
