@@ -11,7 +11,9 @@ convert type follows (config/model.py:1360-1384): ``embed`` for a sentence-trans
 whose architecture is generative. A bidirectional encoder (BERT, RoBERTa, XLM-R) has
 encoder-only attention, for which vLLM allocates no KV cache (v1/engine/core.py:298-314, no KV
 spec: no profiling, 0 bytes for the cache); a decoder-based embedder keeps its causal KV cache
-and is sized as a generative model is.
+and is sized as a generative model is. Either way vLLM still captures piecewise CUDA graphs
+(full graphs are turned off for pooling models: config/vllm.py:1950-1960), so the graph pool
+stays in the plan.
 """
 
 from __future__ import annotations
