@@ -214,6 +214,12 @@ def deployment_create(
             lead = spanned_hosts(plan, host)[0]
             # only vLLM's Ray executor runs one model over several hosts
             engine = Engine.VLLM if plan.multi_host else _engine_for(request, lead, source)
+        if engine == Engine.TRANSFORMERS and placed[1].embeds:
+            # transformers 5.23's server routes no /v1/embeddings (cli/serving/server.py)
+            raise DeploymentError(
+                f"{source.ref} is an embedding model: transformers serve cannot serve it (it "
+                "has no /v1/embeddings route). Launch it on vLLM, on a GPU host."
+            )
         try:
             return _create(user, name, lead, source, engine, placed, options, http_request)
         except ReservationConflict:

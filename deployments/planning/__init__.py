@@ -18,6 +18,8 @@ values in. The entry points, each documented where it is defined:
   with a load stated (``PlanRequest.concurrency``, ``sizes_share``) the utilization is sized.
 - ``learn_correction``: a per-(GPU model, vLLM version) ``Correction`` from the residuals of
   recorded starts; handed back in ``PlanRequest.corrections`` (memory/correction.py).
+- ``PoolingSpec`` (``ModelSpec.pooling``): an embedding or classification model, served by
+  vLLM's pooling runner; an encoder keeps no KV cache (model/pooling.py).
 - ``format_notes``: how a model's weights are stored unlike a dense 16-bit transformer.
 - ``with_hf_quant_config``: config.json with a ModelOpt checkpoint's hf_quant_config.json.
 - llama.cpp (GGUF): ``gguf_spec`` (header key/values + ``GgufTensor``s → ``GgufSpec``),
@@ -46,6 +48,7 @@ from .memory.settings import Settings
 from .memory.versions import DEFAULT_VLLM_VERSION
 from .model.formatnotes import format_notes
 from .model.gguf import GgufSpec, GgufTensor, gguf_spec
+from .model.pooling import ST_POOLING_TYPES, PoolingSpec
 from .model.quant import with_hf_quant_config
 from .model.spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
 from .search.llamacpp import LlamaCppPlan, LlamaCppRequest, one_machine, plan_llamacpp
@@ -77,6 +80,7 @@ __all__ = [
     "DEFAULT_VLLM_VERSION",
     "GOALS",
     "PLACEMENTS",
+    "ST_POOLING_TYPES",
     "Correction",
     "DeviceMemory",
     "GgufSpec",
@@ -99,6 +103,7 @@ __all__ = [
     "PlanRequest",
     "PlanResult",
     "PlanningError",
+    "PoolingSpec",
     "SafetensorsSummary",
     "Settings",
     "estimate_layout",

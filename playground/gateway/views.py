@@ -106,6 +106,8 @@ def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
             "created": int(d.created_at.timestamp()),
             "owned_by": "shardboard",
             "engine": d.engine,
+            # Shardboard's own field (OpenAI clients ignore unknown ones): which API it serves
+            "kind": "embedding" if d.embeds else "generation",
         }
         for d in targets.models_usable(user=caller.user)
     ]

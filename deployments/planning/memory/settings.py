@@ -34,6 +34,8 @@ class Settings:
     enforce_eager: bool
     kv_rules: KvRules = field(default_factory=KvRules)
     correction: Correction | None = None  # learned from the fleet's starts (correction.py)
+    runner: str | None = None  # "pooling" for an embedding model (vLLM's --runner)
+    convert: str | None = None  # "embed"/"classify": vLLM adapts a generative class (--convert)
 
 
 def settings_kv(spec: ModelSpec, s: Settings, *, tp: int, pp: int, stage: int) -> StageKv:

@@ -94,6 +94,10 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
     profile = profile_for(req.vllm_version)
     dtype = _model_dtype(spec, req.dtype)
     tokens, seqs = default_batching(profile, gpu_total_bytes, gpu_name)
+    max_len = req.max_model_len or spec.derived_max_model_len
+    if spec.pooling is not None and not spec.pooling.chunked_prefill:
+        # whole prompts per step (vllm/engine/arg_utils.py:3180-3222)
+        tokens = min((req.max_num_seqs or seqs) * max_len, max(max_len, tokens))
     gmu = req.gpu_memory_utilization or profile.default_gpu_memory_utilization
     quant = _quant(spec, req.quantization)
     kv_dtype = req.kv_cache_dtype
@@ -107,13 +111,15 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
         quant=quant,
         moe_align=quant_mod.moe_alignment(quant, profile.version, generation),
         kv_element_bytes=kv_element_bytes(kv_dtype, dtype_bytes(dtype)),
-        max_model_len=req.max_model_len or spec.derived_max_model_len,
+        max_model_len=max_len,
         max_model_len_given=req.max_model_len is not None,
         max_num_seqs=req.max_num_seqs or seqs,
         max_num_batched_tokens=req.max_num_batched_tokens or tokens,
         gpu_memory_utilization=gmu,
         block_size=req.block_size or 16,
         enforce_eager=req.enforce_eager,
+        runner="pooling" if spec.pooling is not None else None,
+        convert=spec.pooling.convert if spec.pooling and spec.pooling.convert != "none" else None,
         kv_rules=rules_for(
             profile.version,
             dtype_bytes=dtype_bytes(dtype),
