@@ -9,13 +9,14 @@ snapshot (`handoff.snapshot.from_llamacpp_plan`) and leases each GPU's bytes fro
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from deployments import planning
+from deployments.catalog.gguf_plan import GgufOptions
 from deployments.catalog.gguf_sources import GgufSource, is_gguf_ref, resolve_gguf
 from deployments.catalog.registered import host_inventory
-from deployments.catalog.sources import LOCAL_PREFIX, ModelSourceError
+from deployments.catalog.sources import ModelSourceError
 from deployments.handoff.snapshot import PlanSnapshot, from_llamacpp_plan
 from deployments.lifecycle.errors import DeploymentError
 from deployments.models import Engine
@@ -66,21 +67,26 @@ def plan_gguf(
     model_ref: str,
     plan_request: planning.PlanRequest,
     gpu_indices: tuple[int, ...] | None,
+    options: GgufOptions | None = None,
 ) -> GgufLaunch:
-    """The best llama.cpp plan of a local GGUF file on the host's free GPUs. A simulated host
-    runs llama-server on the CPU (-ngl 0, engine_control): its plan takes one simulated GPU,
-    the lease standing for the engine on the simulated GPU graphs as the CPU engines' do."""
-    if not model_ref.strip().startswith(LOCAL_PREFIX):
-        # The host fetches a Hub model's whole snapshot, not one of its quantizations.
-        raise DeploymentError(
-            "Launching a Hub GGUF is not available yet: download its file under a model root "
-            "and launch local:<root>/<path>.gguf."
-        )
+    """The best llama.cpp plan of a GGUF (a local file, or a Hub repo's quantization that the
+    host fetches alone before the engine starts) on the host's free GPUs. `options`: the plan
+    panel's llama.cpp settings (split mode, pinned -ts...); without them, the launch's -c and
+    -np. A simulated host runs llama-server on the CPU (-ngl 0, engine_control): its plan takes
+    one simulated GPU, the lease standing for the engine on the simulated GPU graphs as the
+    CPU engines' do."""
     try:
         source, spec = resolve_gguf(model_ref)
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
-    request = planning.LlamaCppRequest(settings=_settings(plan_request))
+    if not source.is_local:
+        # the row's model id names the repo and the file: the host fetches that file alone
+        source = replace(source, engine_model=f"{source.repo_id}/{source.engine_model}")
+    request = (
+        options.request()
+        if options is not None
+        else planning.LlamaCppRequest(settings=_settings(plan_request))
+    )
     only = set(gpu_indices) if gpu_indices else None
     try:
         plans = planning.plan_llamacpp(spec, host_inventory(host, only_indices=only), request)

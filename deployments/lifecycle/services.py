@@ -18,9 +18,16 @@ from django.http import HttpRequest
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning
+from deployments.catalog.gguf_plan import GgufOptions
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.registered import host_inventory, planner_host
-from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
+from deployments.catalog.sources import (
+    LOCAL_PREFIX,
+    ModelSource,
+    ModelSourceError,
+    load_spec,
+    resolve_source,
+)
 from deployments.handoff import sealed
 from deployments.handoff.snapshot import PlanSnapshot, from_plan
 from deployments.lifecycle import cpu_hub, gguf_launch, limits
@@ -56,6 +63,7 @@ class LaunchRequest:
     # engine runs on the host of its first pipeline stage.
     hosts: tuple[str, ...] = ()
     team: str | None = None  # None: the user's only team (or none, for a user in no team)
+    llamacpp: GgufOptions | None = None  # llama.cpp's own settings (the GGUF plan panel's)
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -171,7 +179,9 @@ def deployment_create(
     host = online_host(request.host_name)
     if request.engine == Engine.LLAMACPP:
         source: ModelSource | GgufSource | None = None
-        hub_token = None  # a local file: nothing to fetch
+        # a local file: nothing to fetch; a Hub quantization is fetched by the host
+        local = request.model_ref.strip().startswith(LOCAL_PREFIX)
+        hub_token = None if local else (hub_token or "").strip() or None
     else:
         source = _resolve(request)
         hub_token = None if source.is_local else (hub_token or "").strip() or None
@@ -199,6 +209,7 @@ def deployment_create(
                 model_ref=request.model_ref,
                 plan_request=request.plan_request,
                 gpu_indices=request.gpu_indices,
+                options=request.llamacpp,
             )
             source, snapshot = gguf.source, gguf_launch.snapshot(gguf, options["overrides"])
             placed: tuple[planning.Plan | None, PlanSnapshot] = (None, snapshot)

@@ -89,7 +89,6 @@ def _nothing_written() -> bool:
         (GGUF_REF, "vllm", r"is a GGUF model; vllm does not load GGUF files here"),
         (GGUF_REF, "transformers", r"is a GGUF model; transformers does not load GGUF"),
         ("org/Model-GGUF:Q4_K_M", "vllm", r"Launch it on llamacpp"),
-        ("org/Model-GGUF:Q4_K_M", "llamacpp", r"Hub GGUF is not available yet"),
         (GGUF_REF, "sglang", r"Unknown engine 'sglang'"),
     ],
 )
