@@ -210,6 +210,7 @@ def deployment_create(
                 plan_request=request.plan_request,
                 gpu_indices=request.gpu_indices,
                 options=request.llamacpp,
+                replicas=request.replicas or 1,
             )
             source, snapshot = gguf.source, gguf_launch.snapshot(gguf, options["overrides"])
             placed: tuple[planning.Plan | None, PlanSnapshot] = (None, snapshot)
@@ -254,9 +255,11 @@ def _create(
             rows = _create_rows(user, name, host, source, engine, snapshot, options, count)
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
-    if plan is None:
-        lease = zip(snapshot.gpus[0], snapshot.per_gpu, strict=True)
-        reserve_bytes(rows, host, [{(host.name, g.index): f.total_bytes for g, f in lease}])
+    if plan is None:  # llama.cpp: each replica leases the first one's bytes on its own GPUs
+        leases = [zip(slots, snapshot.per_gpu, strict=True) for slots in snapshot.gpus]
+        reserve_bytes(
+            rows, host, [{(host.name, g.index): f.total_bytes for g, f in r} for r in leases]
+        )
     else:
         reserve_gpus(rows, host, plan)
     if plan is not None and plan.multi_host:
