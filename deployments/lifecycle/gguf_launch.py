@@ -212,7 +212,7 @@ def more_replicas(first: Deployment, host: Host, adding: int) -> list[tuple[int,
         spec = resolve_gguf(snap.model_ref or first.model_id)[1]
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
-    request = _pinned(first).request()
+    request = settings_of(first, split=True).request()
     wanted = [g.total_bytes for g in snap.per_gpu]
     groups = [tuple(free[k * size : (k + 1) * size]) for k in range(adding)]
     for group in groups:
@@ -237,8 +237,9 @@ def _held(first: Deployment) -> set[int]:
     return set(leases)
 
 
-def _pinned(first: Deployment) -> GgufOptions:
-    """The first replica's llama.cpp settings, its -ts among them."""
+def settings_of(first: Deployment, *, split: bool) -> GgufOptions:
+    """The llama.cpp settings a deployment was launched with (a scale-up's and a relaunch's);
+    `split`: its -ts too, for GPUs as many as its own."""
     snap = first.snapshot
     e = snap.engine_args
     return GgufOptions(
@@ -248,5 +249,5 @@ def _pinned(first: Deployment) -> GgufOptions:
         cache_type_v=e.cache_type_v or "f16",
         flash_attn=e.flash_attn != "off",
         split_mode=e.split_mode if e.split_mode in ("layer", "row") else "layer",
-        tensor_split=e.tensor_split or None,
+        tensor_split=(e.tensor_split or None) if split else None,
     )

@@ -16,7 +16,9 @@ from django.utils import timezone
 
 from controlpanel.models import AuditEvent
 from deployments import planning
+from deployments.catalog.gguf_plan import GgufOptions
 from deployments.catalog.gguf_write import convert_demo
+from deployments.lifecycle.relaunch import deployment_relaunch
 from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -236,3 +238,28 @@ def _statuses(rows: list[Deployment]) -> list[str]:
     for r in rows:
         r.refresh_from_db()
     return [r.status for r in rows]
+
+
+@pytest.mark.django_db
+def test_a_relaunch_keeps_the_llamacpp_settings_and_replicas(
+    gguf_root: Path, operator: Any
+) -> None:
+    _host(HOST, (8, 8), simulated=True)
+    options = GgufOptions(context_tokens=1000, slots=3, flash_attn=False)  # the demo: head dim 16
+    request = LaunchRequest(
+        name="llamas",
+        model_ref=GGUF_REF,
+        host_name=HOST,
+        engine="llamacpp",
+        replicas=2,
+        llamacpp=options,
+    )
+    d = deployment_create(user=operator, request=request)
+    Deployment.objects.filter(name="llamas").update(status=Status.STOPPED)
+    GpuLease.objects.update(active=False)
+    d.refresh_from_db()
+    again = deployment_relaunch(user=operator, deployment=d)
+    assert again.pk != d.pk and again.group().count() == 2
+    args = again.snapshot.engine_args
+    assert (args.flash_attn, args.n_parallel, args.max_model_len) == ("off", 3, 1024)
+    assert again.planned_argv == d.planned_argv
