@@ -1,7 +1,8 @@
 """One model revision from the Hub into this host's Hub cache, with huggingface_hub.
 
 No Django. The files an engine needs only (safetensors, configs, tokenizer; `.bin`/`.pt`
-copies only where a repo has no safetensors), the disk checked before a byte is fetched,
+copies only where a repo has no safetensors; or only the files a job names, such as one GGUF
+quantization of a repo holding many), the disk checked before a byte is fetched,
 progress counted per file, and a stop that interrupts the transfer. A connection cut
 mid-file is resumed by huggingface_hub itself (`http_get` retries with a Range); a stopped or
 failed attempt is resumed by the next one: weights (LFS files) are written to
