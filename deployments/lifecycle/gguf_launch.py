@@ -71,6 +71,7 @@ def plan_gguf(
     gpu_indices: tuple[int, ...] | None,
     options: GgufOptions | None = None,
     replicas: int = 1,
+    hub_token: str | None = None,
 ) -> GgufLaunch:
     """The best llama.cpp plan of a GGUF (a local file, or a Hub repo's quantization that the
     host fetches alone before the engine starts) on the host's free GPUs. `options`: the plan
@@ -79,7 +80,7 @@ def plan_gguf(
     one simulated GPU, the lease standing for the engine on the simulated GPU graphs as the
     CPU engines' do."""
     try:
-        source, spec = resolve_gguf(model_ref)
+        source, spec = resolve_gguf(model_ref, token=hub_token)
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
     if not source.is_local:

@@ -211,6 +211,7 @@ def deployment_create(
                 gpu_indices=request.gpu_indices,
                 options=request.llamacpp,
                 replicas=request.replicas or 1,
+                hub_token=hub_token,
             )
             source, snapshot = gguf.source, gguf_launch.snapshot(gguf, options["overrides"])
             placed: tuple[planning.Plan | None, PlanSnapshot] = (None, snapshot)

@@ -13,11 +13,18 @@ from django.utils import timezone
 
 from controlpanel.models import AuditEvent
 from deployments.catalog.gguf_write import convert_demo
+from deployments.handoff import sealed
 from deployments.host.downloads import hub as downloads
 from deployments.host.downloads.gguf import all_parts, hub_gguf
-from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
+from deployments.lifecycle.services import (
+    DeploymentError,
+    LaunchRequest,
+    deployment_create,
+    deployment_stop,
+)
 from deployments.models import Deployment, DownloadStatus, ModelDownload, Status
 from monitoring.models import Gpu, Host
+from tests.support.catalog import TOKEN
 from tests.support.gguf_models import gguf_repo
 from tests.support.hubstub import HubStub
 from tests.support.llama_server import server_binary
@@ -194,3 +201,22 @@ def test_a_hub_gguf_is_fetched_alone_then_served(
 def _status(d: Deployment) -> str:
     d.refresh_from_db()
     return d.status
+
+
+def test_a_gated_gguf_is_planned_with_the_launchers_token(
+    db_host: Host, hub: HubStub, demo_repo: bytes, operator: Any
+) -> None:
+    """The header is read with the launcher's own token (the server has none), and the row
+    keeps it sealed for the host's download."""
+    hub.repos[REPO].info["gated"] = "manual"
+    hub.tokens[TOKEN].add(REPO)
+    request = LaunchRequest(
+        name="gatedgguf", model_ref=f"{REPO}:Q8_0", host_name=HOST, engine="llamacpp"
+    )
+    with pytest.raises(DeploymentError, match="is gated: request access"):
+        deployment_create(user=operator, request=request)
+    d = deployment_create(user=operator, request=request, hub_token=TOKEN)
+    assert (
+        d.model_id == f"{REPO}/{CHOSEN}"
+        and sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) == TOKEN
+    )
