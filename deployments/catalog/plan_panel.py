@@ -279,6 +279,7 @@ def launch_fields(
         # as many as fit is what the panel shows by default; a launch takes them only if asked
         "replicas": text(req.replicas or 1),
         "placement": req.placement,
+        "learned_correction": "on" if req.learned_correction else "off",
     }
 
 

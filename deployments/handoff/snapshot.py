@@ -35,6 +35,7 @@ _FIGURE_KEYS = (
     "gpu_total_bytes",
     "budget_bytes",
     "free_bytes",
+    "correction_bytes",
 )
 
 
@@ -78,6 +79,7 @@ class GpuFigures:
     gpu_total_bytes: int = 0
     budget_bytes: int = 0
     free_bytes: int = 0
+    correction_bytes: int = 0  # of non_torch_bytes: the fleet-learned correction applied
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from deployments import planning
 from deployments.catalog.gguf_plan import GgufOptions
 from deployments.catalog.gguf_sources import GgufSource, is_gguf_ref, resolve_gguf
 from deployments.catalog.registered import host_inventory
-from deployments.catalog.sources import ModelSourceError
+from deployments.catalog.sources import LOCAL_PREFIX, ModelSourceError
 from deployments.handoff.snapshot import GpuSlot, PlanSnapshot, from_llamacpp_plan
 from deployments.lifecycle.errors import DeploymentError
 from deployments.models import Deployment, Engine, GpuLease
@@ -61,6 +61,11 @@ def layout_problem(*, replicas: int | None, hosts: tuple[str, ...]) -> str | Non
     if replicas is None:
         return ASK_A_NUMBER
     return None
+
+
+def hub_token_for(model_ref: str, token: str | None) -> str | None:
+    """The launcher's token where the host fetches a Hub quantization; a local file: none."""
+    return None if model_ref.strip().startswith(LOCAL_PREFIX) else (token or "").strip() or None
 
 
 def plan_gguf(

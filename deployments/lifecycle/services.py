@@ -18,16 +18,11 @@ from django.http import HttpRequest
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning
+from deployments.catalog.corrections import fleet_corrections
 from deployments.catalog.gguf_plan import GgufOptions
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.registered import host_inventory, planner_host
-from deployments.catalog.sources import (
-    LOCAL_PREFIX,
-    ModelSource,
-    ModelSourceError,
-    load_spec,
-    resolve_source,
-)
+from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.handoff import sealed
 from deployments.handoff.snapshot import PlanSnapshot, from_plan
 from deployments.lifecycle import cpu_hub, gguf_launch, limits
@@ -99,6 +94,7 @@ def choose_plan(
         model=source.engine_model,
         revision=source.revision,
         replicas=request.replicas,
+        corrections=fleet_corrections(),
     )
     try:
         result = planning.plan(spec, inventory, plan_request)
@@ -179,19 +175,20 @@ def deployment_create(
     host = online_host(request.host_name)
     if request.engine == Engine.LLAMACPP:
         source: ModelSource | GgufSource | None = None
-        # a local file: nothing to fetch; a Hub quantization is fetched by the host
-        local = request.model_ref.strip().startswith(LOCAL_PREFIX)
-        hub_token = None if local else (hub_token or "").strip() or None
+        hub_token = gguf_launch.hub_token_for(request.model_ref, hub_token)
     else:
         source = _resolve(request)
         hub_token = None if source.is_local else (hub_token or "").strip() or None
     overrides: dict[str, Any] = {
         k: v
         for k, v in asdict(request.plan_request).items()
-        # model and revision are columns of the row; replicas is the launch's own
-        if v is not None and k not in ("model", "revision", "replicas")
+        # model and revision are columns of the row; replicas is the launch's own; the
+        # corrections are learned again from the fleet's starts at each plan
+        if v is not None and k not in ("model", "revision", "replicas", "corrections")
     }
     overrides["replicas"] = "max" if request.replicas is None else request.replicas
+    if overrides.get("learned_correction") is True:
+        del overrides["learned_correction"]  # the default: kept only when switched off
     auto_restart = (
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )

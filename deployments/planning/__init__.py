@@ -16,6 +16,8 @@ values in. The entry points, each documented where it is defined:
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
   with a load stated (``PlanRequest.concurrency``, ``sizes_share``) the utilization is sized.
+- ``learn_correction``: a per-(GPU model, vLLM version) ``Correction`` from the residuals of
+  recorded starts; handed back in ``PlanRequest.corrections`` (memory/correction.py).
 - ``format_notes``: how a model's weights are stored unlike a dense 16-bit transformer.
 - ``with_hf_quant_config``: config.json with a ModelOpt checkpoint's hf_quant_config.json.
 - llama.cpp (GGUF): ``gguf_spec`` (header key/values + ``GgufTensor``s → ``GgufSpec``),
@@ -34,6 +36,8 @@ root's ``errors`` and ``units`` lie under all four.
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
 from .fleet.inventory import Gpu, Host, Inventory, parse_gpus
+from .memory.correction import Correction
+from .memory.correction import learn as learn_correction
 from .memory.kvcache import kv_bytes_per_token
 from .memory.kvnotes import layer_notes
 from .memory.layout import GpuMemory, LayoutMemory, evaluate_layout
@@ -73,6 +77,7 @@ __all__ = [
     "DEFAULT_VLLM_VERSION",
     "GOALS",
     "PLACEMENTS",
+    "Correction",
     "DeviceMemory",
     "GgufSpec",
     "GgufTensor",
@@ -101,6 +106,7 @@ __all__ = [
     "gguf_spec",
     "kv_bytes_per_token",
     "layer_notes",
+    "learn_correction",
     "one_machine",
     "parse_gpus",
     "plan",

@@ -7,7 +7,8 @@ bench measures the panel's own path and not a model loading. No Django, no third
 
 `GET /stub/env` answers the SHA-256 of the variables in REPORTED_ENV (never their values), so
 a test can check what reached the engine's environment. STUB_ENGINE_READY_DELAY_S delays the
-first /health 200 (a model loading); STUB_ENGINE_API_KEY is checked like vLLM's --api-key.
+first /health 200 (a model loading); STUB_ENGINE_READY_FILE holds it until that file exists
+(a test decides when loading ends); STUB_ENGINE_API_KEY is checked like vLLM's --api-key.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             ready = time.monotonic() - STARTED >= self.ready_delay_s
+            gate = os.environ.get("STUB_ENGINE_READY_FILE")
+            ready = ready and (not gate or os.path.exists(gate))
             self._send(200 if ready else 503, {})
         elif self.path == "/stub/env":
             self._send(200, env_report())

@@ -27,6 +27,7 @@ class GpuMemory:
     total_bytes: int
     gpu_total_bytes: int
     budget_bytes: int  # total × gpu_memory_utilization
+    correction_bytes: int = 0  # of non_torch_bytes: the fleet-learned correction (correction.py)
 
     @property
     def free_bytes(self) -> int:
@@ -96,12 +97,15 @@ def _rank(
     budget = math.ceil(total * s.gpu_memory_utilization)
     weights = rank_weights_bytes(spec, shard)
     act = activation_bytes(spec, shard, s)
-    other = non_torch_bytes(s, tp=tp, tp_over_nvlink=nvlink)
+    base_other = non_torch_bytes(s, tp=tp, tp_over_nvlink=nvlink)
+    other = base_other
+    if s.correction is not None:
+        other = max(0, other + s.correction.outside_bytes)
     graphs = cuda_graph_bytes(spec, shard, s)
     in_budget = graphs if s.profile.cuda_graphs_in_budget else 0
     kv = budget - weights - act - other - in_budget
     used = weights + act + other + graphs + max(kv, 0)
-    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget)
+    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget, other - base_other)
     kv_layout = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     return mem, kv_layout
 
@@ -109,6 +113,8 @@ def _rank(
 def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
     reasons: list[str] = []
     warnings: list[str] = [s.quant.warning] if s.quant and s.quant.warning else []
+    if s.correction is not None:
+        warnings.append(s.correction.line())
     max_len, fitting = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)

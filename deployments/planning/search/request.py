@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deployments.planning.errors import PlanningError
+from deployments.planning.memory.correction import Correction, matching
 from deployments.planning.memory.kvcache import kv_element_bytes
 from deployments.planning.memory.kvgroups import is_hopper, rules_for
 from deployments.planning.memory.settings import Settings
@@ -49,6 +50,11 @@ class PlanRequest:
     # Replicas of the layout to place (None: as many as fit), spread over hosts or packed.
     replicas: int | None = None
     placement: str = "spread"
+    # Corrections learned from the fleet's start-ups (memory/correction.py), computed by the
+    # caller from its recorded starts; one applies where its GPU model and version match.
+    # ``learned_correction`` False plans as if there were none (the per-plan switch).
+    corrections: tuple[Correction, ...] = ()
+    learned_correction: bool = True
 
     def validate(self) -> None:
         """Raise PlanningError on numbers no vLLM would accept."""
@@ -116,6 +122,9 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
             hopper=is_hopper(gpu_name, gpu_total_bytes),
             sparse_mla=_sparse_mla(spec),
             model_type=spec.model_type,
+        ),
+        correction=(
+            matching(req.corrections, gpu_name, profile.version) if req.learned_correction else None
         ),
     )
 

@@ -144,7 +144,7 @@ def _rank_need(
     load_bytes = load * kv.request_bytes(s.max_model_len, s.max_num_batched_tokens)
     # At least the planner's own error band (margin.py, taken at the probe's larger budget), so
     # that a share sized for the load is never a tight fit of it.
-    error_band = margin.band(s.profile, mem).kv_bytes
+    error_band = margin.band(s.profile, mem, s.correction).kv_bytes
     return (
         fixed + load_bytes + max(math.ceil(LOAD_MARGIN * load_bytes), MIN_MARGIN_BYTES, error_band)
     )
