@@ -43,9 +43,13 @@ def demo_root(tiny_model: Path, tmp_path: Path, settings: Any) -> Path:
 @pytest.fixture
 def errors(page: Any) -> Iterator[list[str]]:
     seen: list[str] = []
+    _watch(page, seen)
+    yield seen
+
+
+def _watch(page: Any, seen: list[str]) -> None:
     page.on("pageerror", lambda exc: seen.append(f"pageerror: {exc}"))
     page.on("console", lambda m: seen.append(f"console: {m.text}") if m.type == "error" else None)
-    yield seen
 
 
 def _replanned(page: Any, action: Any) -> None:
@@ -111,14 +115,18 @@ def test_pick_split_launch_chat_sdk_stop(
     spawned = AuditEvent.objects.get(action="deployment.spawn", target_id=str(d.pk))
     assert Path(spawned.detail["argv"][0]) == binary
 
-    # Chats with it in the playground (greedy: the random-weight demo then says one thing).
-    page.goto(f"{asgi_server.url}/playground/")
-    page.select_option("#deployment", NAME)
-    page.fill(".pg-msg textarea", "1 + 1 =")
-    page.fill("#max-tokens", "6")
-    page.fill("#temperature", "0")
-    page.click("#send")
-    pane = page.locator('.pane[data-slot="a"]')
+    # Chats with it in the playground (greedy: the random-weight demo then says one thing), in
+    # a tab of its own: the deployment's page reloads itself as its status moves on, which
+    # would cut off a navigation away from it.
+    chat = page.context.new_page()
+    _watch(chat, errors)
+    chat.goto(f"{asgi_server.url}/playground/")
+    chat.select_option("#deployment", NAME)
+    chat.fill(".pg-msg textarea", "1 + 1 =")
+    chat.fill("#max-tokens", "6")
+    chat.fill("#temperature", "0")
+    chat.click("#send")
+    pane = chat.locator('.pane[data-slot="a"]')
     expect(pane.locator(".pane-status")).to_have_text("done", timeout=BROWSER_WAIT_MS)
     assert int(pane.locator(".m-completion-server").inner_text()) > 0
     run = wait_for(lambda: PlaygroundRun.objects.filter(deployment_name=NAME).first())
@@ -137,11 +145,11 @@ def test_pick_split_launch_chat_sdk_stop(
     assert NAME in [m.id for m in client.models.list()]
 
     # And stops it from its page.
-    page.goto(f"{asgi_server.url}/deployments/{d.pk}/")
-    page.on("dialog", lambda dialog: dialog.accept())
-    page.click("#stop-button")
+    chat.goto(f"{asgi_server.url}/deployments/{d.pk}/")
+    chat.on("dialog", lambda dialog: dialog.accept())
+    chat.click("#stop-button")
     wait_for(lambda: _status(d) == "stopped", interval_s=0.2)
-    expect(page.locator("#status")).to_have_text("Stopped", timeout=BROWSER_WAIT_MS)
+    expect(chat.locator("#status")).to_have_text("Stopped", timeout=BROWSER_WAIT_MS)
     assert not GpuLease.objects.filter(deployment=d, active=True).exists()
     assert errors == []
 
