@@ -102,23 +102,27 @@ def measured(buffers: dict[tuple[str, str], float]) -> dict[str, float]:
     return out
 
 
-def run_case(
-    binary: Path, work: Path, case: tuple[str, Any, str, LlamaCppSettings]
-) -> dict[str, Any]:
-    name, model, quant, settings = case
-    path = model_file(model, quant, work)
-    spec = local_gguf_spec(path)
-    cpu = device_memory(spec, settings, gpu_layers=0, splits=[])[0]
-    began = time.monotonic()
-    with llama_server(binary, path, flags(settings), work) as server:
-        buffers = server.buffers()
-    logged = measured(buffers)
-    planned = {
+def planned_mib(path: Path, settings: LlamaCppSettings) -> dict[str, float]:
+    """The planner's CPU figures for one start-up (every layer on the CPU, as -ngl 0)."""
+    cpu = device_memory(local_gguf_spec(path), settings, gpu_layers=0, splits=[])[0]
+    return {
         "model": round(cpu.weights_bytes / MIB, 2),
         "KV": round(cpu.kv_bytes / MIB, 2),
         "compute": round(cpu.compute_bytes / MIB, 2),
         "output": round(cpu.output_buffer_bytes / MIB, 2),
     }
+
+
+def run_case(
+    binary: Path, work: Path, case: tuple[str, Any, str, LlamaCppSettings]
+) -> dict[str, Any]:
+    name, model, quant, settings = case
+    path = model_file(model, quant, work)
+    planned = planned_mib(path, settings)
+    began = time.monotonic()
+    with llama_server(binary, path, flags(settings), work) as server:
+        buffers = server.buffers()
+    logged = measured(buffers)
     return {
         "name": name,
         "model": model if isinstance(model, str) else asdict(model),
@@ -131,6 +135,60 @@ def run_case(
     }
 
 
+def recorded(work: Path) -> list[dict[str, Any]]:
+    """The recorded start-ups (llama-server's logged figures, ``--record``) with today's
+    planner beside them: each case's model is written again (its header is deterministic)."""
+    rows = json.loads(CASES_FILE.read_text())
+    for row in rows:
+        model = row["model"] if isinstance(row["model"], str) else LlamaShape(**row["model"])
+        settings = LlamaCppSettings(**row["settings"])
+        row["planned_mib"] = planned_mib(model_file(model, row["quant"], work), settings)
+    return rows
+
+
+def held(row: dict[str, Any], kind: str) -> bool:
+    """Whether a figure must match exactly: KV always, weights unless llama.cpp repacked them."""
+    return kind == "KV" or (kind == "model" and not row["repacked"])
+
+
+def table(results: list[dict[str, Any]]) -> bool:
+    """Print each case's figures, logged beside planned; True when every held one is exact."""
+    print(f"{'case':34} {'kind':8} {'logged MiB':>11} {'planned MiB':>12} {'error':>8}")
+    exact = True
+    for row in results:
+        for kind in ("model", "KV", "compute", "output"):
+            got, want = row["logged_mib"].get(kind, 0.0), row["planned_mib"][kind]
+            error = f"{(want - got) / got:+.1%}" if got else "-"
+            exact &= not held(row, kind) or got == want
+            note = (
+                " (CPU_REPACK: mapped span counts them twice)"
+                if kind == "model" and not held(row, kind)
+                else ""
+            )
+            print(f"{row['name']:34} {kind:8} {got:11.2f} {want:12.2f} {error:>8}{note}")
+    return exact
+
+
+def summary(results: list[dict[str, Any]]) -> list[str]:
+    """Per kind: how many cases match exactly, and the compute buffer's mean and worst error."""
+    lines = []
+    for kind in ("model", "KV", "compute", "output"):
+        rows = [r for r in results if r["logged_mib"].get(kind)]
+        same = sum(r["logged_mib"][kind] == r["planned_mib"][kind] for r in rows)
+        errors = [
+            abs(r["planned_mib"][kind] - r["logged_mib"][kind]) / r["logged_mib"][kind]
+            for r in rows
+        ]
+        mean = 100 * sum(errors) / len(errors) if errors else 0.0
+        worst = 100 * max(errors) if errors else 0.0
+        extra = f" ({sum(r['repacked'] for r in rows)} repacked)" if kind == "model" else ""
+        lines.append(
+            f"{kind:8} {same}/{len(rows)} exact{extra}; abs error mean {mean:.2f} %, "
+            f"worst {worst:.2f} %"
+        )
+    return lines
+
+
 def main() -> int:
     binary = server_binary()
     if binary is None:
@@ -138,20 +196,7 @@ def main() -> int:
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         results = [run_case(binary, Path(tmp), case) for case in CASES]
-    print(f"{'case':34} {'kind':8} {'logged MiB':>11} {'planned MiB':>12} {'error':>8}")
-    exact = True
-    for row in results:
-        for kind in ("model", "KV", "compute", "output"):
-            got, want = row["logged_mib"].get(kind, 0.0), row["planned_mib"][kind]
-            error = f"{(want - got) / got:+.1%}" if got else "-"
-            held = kind == "KV" or (kind == "model" and not row["repacked"])
-            exact &= not held or got == want
-            note = (
-                " (CPU_REPACK: mapped span counts them twice)"
-                if kind == "model" and not held
-                else ""
-            )
-            print(f"{row['name']:34} {kind:8} {got:11.2f} {want:12.2f} {error:>8}{note}")
+    exact = table(results)
     print(
         "weights and KV exact on every case held to them" if exact else "MISMATCH in weights or KV"
     )

@@ -2,7 +2,11 @@
 $PLANNER_CASES_DIR): weights per rank, KV tokens, KV GiB and fit decisions, overall and per
 model family (dense, MoE, MLA, hybrid, sliding window, MXFP4/NVFP4, VLM); then the KV error
 by vLLM version against the planner's margin (deployments/planning/search/margin.py), and how many
-of the real start-ups the planner calls tight."""
+of the real start-ups the planner calls tight. Last, the llama.cpp (GGUF) cases: weights, KV,
+compute and output buffers against llama-server's own logged lines (bench/gguf_accuracy.py's
+start-ups: recorded ones re-planned, or ``--gguf-live`` to start llama-server for each again).
+
+    .venv/bin/python bench/planner_accuracy.py [--gguf-live]"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import csv
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,9 @@ from deployments.planning import GpuMemory, PlanningError  # noqa: E402
 from deployments.planning.memory.versions import profile_for  # noqa: E402
 from deployments.planning.model.families import FAMILIES, model_family  # noqa: E402
 from deployments.planning.search.margin import band  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gguf_accuracy  # noqa: E402
 
 GIB = 1 << 30
 
@@ -70,7 +78,33 @@ def main() -> int:
     print()
     print(f"project cases ({PROJECT_CASES.relative_to(ROOT)}: cited start-ups, see its README):")
     evaluate(PROJECT_CASES, empty="no case")
-    return 0
+    print()
+    return 0 if evaluate_gguf(live="--gguf-live" in sys.argv) else 2
+
+
+def evaluate_gguf(*, live: bool) -> bool:
+    """The llama.cpp planner's CPU figures against llama-server's logged buffers."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if live:
+            binary = gguf_accuracy.server_binary()
+            if binary is None:
+                print("llama.cpp cases: no llama-server (run scripts/llama.sh)")
+                return False
+            how = f"started now: {binary}"
+            rows = [gguf_accuracy.run_case(binary, Path(tmp), c) for c in gguf_accuracy.CASES]
+        else:
+            how = f"recorded start-ups, {gguf_accuracy.CASES_FILE.relative_to(ROOT)}"
+            rows = gguf_accuracy.recorded(Path(tmp))
+    print(f"llama.cpp GGUF cases ({len(rows)}; llama-server's -lv 4 buffer lines, CPU; {how}):")
+    exact = gguf_accuracy.table(rows)
+    for line in gguf_accuracy.summary(rows):
+        print(f"  {line}")
+    print(
+        "  weights and KV exact on every case held to them"
+        if exact
+        else "  MISMATCH in weights or KV"
+    )
+    return exact
 
 
 def evaluate(root: Path, *, empty: str) -> None:

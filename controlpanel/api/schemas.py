@@ -52,7 +52,7 @@ class DeploymentCreateIn(Schema):
     name: str = Field(max_length=limits.NAME_MAX_CHARS, description=limits.NAME_RULE)
     model_ref: str = Field(
         max_length=300,
-        description="a Hub id or local:<root>/<path>; for llamacpp a local:<root>/<path>.gguf file",
+        description="a Hub id or local:<root>/<path>; for llamacpp a GGUF: local:<root>/<path>.gguf, or org/repo:QUANT (the host fetches that file alone)",
     )
     host: str = Field(max_length=100)
     engine: Literal["vllm", "transformers", "llamacpp"] = "vllm"

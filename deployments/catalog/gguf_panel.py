@@ -7,6 +7,8 @@ import shlex
 import time
 from typing import Any
 
+from django.utils.text import slugify
+
 from deployments import planning
 from deployments.catalog import commands
 from deployments.catalog.gguf_plan import (
@@ -28,8 +30,7 @@ from deployments.planning.units import GIB
 # cards over PCIe (the case llama.cpp's -ts ratios are for).
 GGUF_WHATIF = "1x24GiB@pcie"
 GGUF_WHATIFS = (GGUF_WHATIF, "1x24GiB@pcie,1x16GiB@pcie", "2x24GiB@pcie", "4x16GiB@pcie")
-# Not wired yet: the llama-server adapter (deployments/engines) lands with its own branch.
-LAUNCH_NOTE = "launch on llama.cpp: coming with the engine adapter"
+PICK_HOST = "Pick a registered host to launch."
 
 
 def gguf_inventory(target: PlanTarget) -> planning.Inventory:
@@ -109,6 +110,59 @@ def command_lines(p: planning.LlamaCppPlan, source: GgufSource) -> dict[str, str
     }
 
 
+def default_name(source: GgufSource) -> str:
+    """The file's name without its extension: ``demo-Q8_0.gguf`` → ``demo-q8-0``."""
+    stem = source.engine_model.rsplit("/", 1)[-1].removesuffix(".gguf")
+    return (slugify(stem.replace(".", "-").replace("_", "-")) or "model")[:63].strip("-")
+
+
+def _spread(p: planning.LlamaCppPlan, target: PlanTarget) -> bool:
+    """Whether Launch names the plan's GPUs and split: a real host's plan over several GPUs.
+    A simulated host runs llama-server on the CPU with one simulated GPU leased."""
+    return len(p.gpus) > 1 and not target.simulated
+
+
+def launch_fields(
+    p: planning.LlamaCppPlan, source: GgufSource, target: PlanTarget, options: GgufOptions
+) -> dict[str, str]:
+    """The fields Launch posts to deployment_new: engine llamacpp, the quantization's
+    reference, and the plan's settings and split made explicit."""
+    spread = _spread(p, target)
+    s = p.settings
+    return {
+        "model_ref": source.ref,
+        "revision": source.revision,
+        "host": target.hosts[0].name if target.hosts else "",
+        "engine": "llamacpp",
+        "max_model_len": str(s.context_tokens or ""),
+        "max_num_seqs": str(s.slots),
+        "cache_type_k": s.cache_type_k,
+        "cache_type_v": s.cache_type_v,
+        "flash_attn": "on" if s.flash_attn else "off",
+        "split_mode": s.split_mode,
+        "tensor_split": ",".join(share_text(x) for x in p.tensor_split) if spread else "",
+        "gpus": ",".join(str(g.index) for g in p.gpus) if spread else "",
+        "allow_partial_offload": "on" if options.allow_partial_offload else "",
+        "dtype": "auto",
+        "kv_cache_dtype": "auto",
+        "replicas": "1",
+        "placement": "spread",
+    }
+
+
+def launch_note(p: planning.LlamaCppPlan, target: PlanTarget) -> str:
+    if not target.hosts:
+        return PICK_HOST
+    if target.simulated:
+        return (
+            "Launch starts llama-server on this host's CPU (simulated GPUs: one is leased "
+            "for the engine's share)."
+        )
+    where = ", ".join(str(g.index) for g in p.gpus)
+    split = f", -ts {ratios_text({'tensor_split': p.tensor_split})}" if _spread(p, target) else ""
+    return f"Launch starts llama-server on GPU {where}{split}."
+
+
 def gguf_panel(
     source: GgufSource, spec: planning.GgufSpec, target: PlanTarget, options: GgufOptions
 ) -> tuple[dict[str, Any], bool]:
@@ -124,7 +178,8 @@ def gguf_panel(
     plan["chart"] = chart(plan)
     plan["flags_text"] = " ".join(plan["flags"])
     plan["commands"] = command_lines(chosen, source)
-    plan["launch_note"] = LAUNCH_NOTE
+    plan["launch"] = launch_fields(chosen, source, target, options)
+    plan["launch_note"] = launch_note(chosen, target)
     payload: dict[str, Any] = {
         "ok": chosen.fits,
         "engine": plan["engine"],

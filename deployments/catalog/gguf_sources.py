@@ -58,9 +58,10 @@ def _pick(choices: tuple[GgufChoice, ...], wanted: str, repo_id: str) -> GgufCho
 
 
 def resolve_gguf(
-    ref: str, *, hub: GgufHub | None = None, revision: str = "main"
+    ref: str, *, hub: GgufHub | None = None, revision: str = "main", token: str | None = None
 ) -> tuple[GgufSource, GgufSpec]:
-    """The source and spec of a GGUF reference (Hub reads through ``hub``)."""
+    """The source and spec of a GGUF reference (Hub reads through ``hub``; else with `token`,
+    a launcher's own for a gated repo, or this server's HF_TOKEN)."""
     ref = ref.strip()
     if ref.startswith(LOCAL_PREFIX):
         return _local(ref)
@@ -75,7 +76,7 @@ def resolve_gguf(
         from huggingface_hub import constants
 
         endpoint = getattr(settings, "HF_ENDPOINT", None) or constants.ENDPOINT
-        hub = GgufHub(endpoint.rstrip("/"), getattr(settings, "HF_TOKEN", None) or None)
+        hub = GgufHub(endpoint.rstrip("/"), token or getattr(settings, "HF_TOKEN", None) or None)
     try:
         files = hub.files(repo_id, revision)
         choice = _pick(gguf_choices(files), wanted, repo_id)

@@ -15,7 +15,7 @@ from deployments import planning
 from deployments.catalog import commands
 from deployments.catalog import gguf_selectors as gsel
 from deployments.catalog import plan_targets as targets
-from deployments.catalog.gguf_panel import GGUF_WHATIF, GGUF_WHATIFS, gguf_panel
+from deployments.catalog.gguf_panel import GGUF_WHATIF, GGUF_WHATIFS, default_name, gguf_panel
 from deployments.catalog.gguf_plan import CACHE_TYPES, GgufOptions, parse_tensor_split
 from deployments.catalog.hub import HubError
 from deployments.catalog.selectors import human_bytes
@@ -86,6 +86,7 @@ def _page(
     context.update(source=source, spec=spec, arch=gsel.architecture_rows(spec), plan=plan)
     context.update(hosts=hosts, target=target, gguf_whatif=GGUF_WHATIF, whatifs=GGUF_WHATIFS)
     context.update(cache_types=CACHE_TYPES, commands=commands.command_blocks(plan))
+    context.update(default_name=default_name(source))
     return render(request, "catalog/gguf_detail.html", context, status=status)
 
 

@@ -119,6 +119,8 @@ def _weights_ref(
         return d.model_id, d.revision or None, ()
     if spans_hosts:
         return d.model_id, snapshot.name, (("HF_HUB_CACHE", str(fetching.cache_dir())),)
+    if files := fetching.weights_of(d)[1]:
+        return str(snapshot / files[0]), None, ()  # llama-server: the GGUF's (first) file
     return str(snapshot), None, ()
 
 

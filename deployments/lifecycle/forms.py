@@ -9,6 +9,7 @@ from django.conf import settings
 
 from deployments import planning
 from deployments.lifecycle import limits
+from deployments.lifecycle.gguf_form import LlamaCppFields, gguf_options
 from deployments.lifecycle.gguf_launch import LAUNCHABLE_ENGINES
 from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
@@ -23,7 +24,7 @@ def _host_choices() -> list[tuple[str, str]]:
     ]
 
 
-class LaunchForm(forms.Form):
+class LaunchForm(LlamaCppFields):
     name = forms.CharField(
         max_length=limits.NAME_MAX_CHARS,
         help_text=f"{limits.NAME_RULE[0].upper()}{limits.NAME_RULE[1:]}.",
@@ -145,4 +146,6 @@ class LaunchForm(forms.Form):
             hosts=tuple(data.get("hosts") or ()),
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
             team=data.get("team") or None,
+            gpu_indices=data.get("gpus"),
+            llamacpp=gguf_options(data) if data["engine"] == Engine.LLAMACPP else None,
         )

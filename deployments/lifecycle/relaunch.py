@@ -7,10 +7,11 @@ from typing import Any
 from django.http import HttpRequest
 
 from deployments import planning
+from deployments.lifecycle import gguf_launch
 from deployments.lifecycle.errors import DeploymentError
 from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.lifecycle.spanning import further_hosts
-from deployments.models import Deployment
+from deployments.models import Deployment, Engine
 
 
 def deployment_relaunch(
@@ -40,6 +41,10 @@ def deployment_relaunch(
         replicas=None if asked == "max" else int(asked),
         hosts=further_hosts(first),
         team=first.team.name if first.team else None,
+        # llama.cpp's own settings (cache types, -fa, split mode); the split is planned again
+        llamacpp=(
+            gguf_launch.settings_of(first, split=False) if first.engine == Engine.LLAMACPP else None
+        ),
     )
     return deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token

@@ -26,6 +26,7 @@ from deployments.catalog.sources import ModelSourceError, resolve_source
 from deployments.handoff.snapshot import GpuSlot
 from deployments.lifecycle import gguf_launch
 from deployments.lifecycle.dispatch import enqueue
+from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.services import (
     DeploymentError,
     LaunchRequest,
@@ -104,11 +105,14 @@ def _scale_down(
 def _scale_up(
     user: Any, first: Deployment, replicas: int, http_request: HttpRequest | None
 ) -> Deployment:
-    if first.engine == Engine.LLAMACPP:
-        raise DeploymentError(gguf_launch.ONE_REPLICA)
     host = online_host(first.host.name)
+    llama = first.engine == Engine.LLAMACPP  # planned by the llama.cpp planner, GGUF refs
     try:
-        source = resolve_source(first.snapshot.model_ref or first.model_id, first.revision)
+        source = (
+            None
+            if llama
+            else resolve_source(first.snapshot.model_ref or first.model_id, first.revision)
+        )
     except ModelSourceError as exc:
         raise DeploymentError(str(exc)) from exc
     with transaction.atomic():
@@ -117,9 +121,19 @@ def _scale_up(
         adding = replicas - len(live)
         if adding <= 0:
             raise DeploymentError(f"{first.name} already has {len(live)} live replicas.")
-        plan = _placement(source, host, first, adding)
-        new_rows = _new_rows(first, plan, rows, adding)
-        reserve_gpus(new_rows, host, plan)
+        if llama:
+            groups = gguf_launch.more_replicas(first, host, adding)
+            new_rows = _new_rows(first, [[GpuSlot("", i) for i in g] for g in groups], rows)
+            per_gpu = [g.total_bytes for g in first.snapshot.per_gpu]
+            per_replica = [
+                {(host.name, i): b for i, b in zip(g, per_gpu, strict=True)} for g in groups
+            ]
+            reserve_bytes(new_rows, host, per_replica)
+        else:
+            plan = _placement(source, host, first, adding)
+            slots = [[GpuSlot(g.host, g.index) for g in plan.gpus[k]] for k in range(adding)]
+            new_rows = _new_rows(first, slots, rows)
+            reserve_gpus(new_rows, host, plan)
         for row in new_rows:
             key = row.engine_api_key()
             row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
@@ -173,7 +187,7 @@ def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planni
 
 
 def _new_rows(
-    first: Deployment, plan: planning.Plan, rows: list[Deployment], adding: int
+    first: Deployment, slots: list[list[GpuSlot]], rows: list[Deployment]
 ) -> list[Deployment]:
     # After every replica this launch ever had, retired ones included: an index names one
     # engine's history.
@@ -182,11 +196,10 @@ def _new_rows(
     out = []
     try:
         with transaction.atomic():
-            for k in range(adding):
+            for k, gpus in enumerate(slots):
                 # The first replica's settings on the GPUs placed for this one: every replica
                 # runs the same command (scaling refuses a placement whose memory differs).
-                gpus = [tuple(GpuSlot(g.host, g.index) for g in plan.gpus[k])]
-                own = first.snapshot.with_gpus(gpus)
+                own = first.snapshot.with_gpus([gpus])
                 out.append(
                     Deployment.objects.create(
                         name=first.name,

@@ -19,6 +19,7 @@ from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning
 from deployments.catalog.corrections import fleet_corrections
+from deployments.catalog.gguf_plan import GgufOptions
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
@@ -57,6 +58,7 @@ class LaunchRequest:
     # engine runs on the host of its first pipeline stage.
     hosts: tuple[str, ...] = ()
     team: str | None = None  # None: the user's only team (or none, for a user in no team)
+    llamacpp: GgufOptions | None = None  # llama.cpp's own settings (the GGUF plan panel's)
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -173,7 +175,7 @@ def deployment_create(
     host = online_host(request.host_name)
     if request.engine == Engine.LLAMACPP:
         source: ModelSource | GgufSource | None = None
-        hub_token = None  # a local file: nothing to fetch
+        hub_token = gguf_launch.hub_token_for(request.model_ref, hub_token)
     else:
         source = _resolve(request)
         hub_token = None if source.is_local else (hub_token or "").strip() or None
@@ -204,6 +206,9 @@ def deployment_create(
                 model_ref=request.model_ref,
                 plan_request=request.plan_request,
                 gpu_indices=request.gpu_indices,
+                options=request.llamacpp,
+                replicas=request.replicas or 1,
+                hub_token=hub_token,
             )
             source, snapshot = gguf.source, gguf_launch.snapshot(gguf, options["overrides"])
             placed: tuple[planning.Plan | None, PlanSnapshot] = (None, snapshot)
@@ -254,9 +259,11 @@ def _create(
             rows = _create_rows(user, name, host, source, engine, snapshot, options, count)
     except IntegrityError:
         raise DeploymentError(f"A deployment named {name!r} is already active.") from None
-    if plan is None:
-        lease = zip(snapshot.gpus[0], snapshot.per_gpu, strict=True)
-        reserve_bytes(rows, host, [{(host.name, g.index): f.total_bytes for g, f in lease}])
+    if plan is None:  # llama.cpp: each replica leases the first one's bytes on its own GPUs
+        leases = [zip(slots, snapshot.per_gpu, strict=True) for slots in snapshot.gpus]
+        reserve_bytes(
+            rows, host, [{(host.name, g.index): f.total_bytes for g, f in r} for r in leases]
+        )
     else:
         reserve_gpus(rows, host, plan)
     if plan is not None and plan.multi_host:

@@ -111,6 +111,27 @@
       numeric: [2],
     }));
     drawChart(plan);
+    drawLaunch(payload);
+  }
+
+  // Launch posts the plan's own fields (engine llamacpp, the quantization, its split) to the
+  // launch form's endpoint, as the vLLM panel does; only a registered host that answers.
+  function drawLaunch(payload) {
+    const form = document.getElementById("launch-form");
+    if (!form) return;
+    const plan = payload.plan;
+    for (const [k, v] of Object.entries((plan && plan.launch) || {})) {
+      const input = form.querySelector('input[type=hidden][name="' + k + '"]');
+      if (input) input.value = v;
+    }
+    const target = payload.target || {};
+    const online = target.online !== false;
+    form.querySelector("#launch-button").disabled = !(payload.ok && target.host && online);
+    let note = plan ? plan.launch_note : "";
+    if (!target.host) note = "Pick a registered host to launch.";
+    else if (!online) note = "The host is offline.";
+    else if (!payload.ok) note = "This plan does not fit.";
+    text("launch-note", note);
   }
 
   function initPlan(form) {

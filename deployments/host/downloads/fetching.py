@@ -22,10 +22,11 @@ from huggingface_hub import constants as hf_constants
 
 from deployments.engines.phases import DOWNLOADING
 from deployments.host.downloads import hub, inventory
+from deployments.host.downloads.gguf import hub_gguf
 from deployments.host.downloads.manifest import complete_snapshot, save_manifest
 from deployments.host.launchphases import Recorder
 from deployments.live import pushes
-from deployments.models import Deployment, DownloadStatus, ModelDownload, Status
+from deployments.models import Deployment, DownloadStatus, Engine, ModelDownload, Status
 from monitoring.models import Host
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ class Outcome:
     ended: str = ""  # why the launch goes no further ("": go on)
 
 
-def _job(repo_id: str, revision: str, token: str | None) -> hub.Job:
+def _job(repo_id: str, revision: str, token: str | None, files: tuple[str, ...] = ()) -> hub.Job:
     return hub.Job(
         repo_id=repo_id,
         revision=revision or None,
@@ -51,29 +52,48 @@ def _job(repo_id: str, revision: str, token: str | None) -> hub.Job:
         endpoint=settings.HF_ENDPOINT or None,
         token=token,
         min_free_bytes=settings.SHARDBOARD_DOWNLOAD_MIN_FREE_BYTES,
+        only_files=files,
     )
+
+
+def weights_of(d: Deployment) -> tuple[str, tuple[str, ...]]:
+    """The repo a launch fetches from and the files it needs (none named: `select_files`)."""
+    gguf = hub_gguf(d.model_id) if d.engine == Engine.LLAMACPP else None
+    return (gguf.repo_id, gguf.files) if gguf else (d.model_id, ())
+
+
+def _complete(repo_id: str, revision: str, files: tuple[str, ...]) -> Path | None:
+    """An earlier whole download's snapshot, holding `files` where some are named (another
+    quantization of a GGUF repo may be all that is there)."""
+    found = complete_snapshot(repo_id, revision)
+    if found is None or not all((found / name).is_file() for name in files):
+        return None
+    return found
 
 
 def commit_for(d: Deployment, token: str | None) -> str:
     """The commit the revision of `d` stands for: the one a whole earlier download on this
     host holds (the Hub is not asked), else the Hub's; "" when the Hub cannot say."""
-    found = complete_snapshot(d.model_id, d.revision)
+    repo_id, files = weights_of(d)
+    found = _complete(repo_id, d.revision, files)
     if found is not None:
         return found.name
     try:
-        return hub.resolve(_job(d.model_id, d.revision, token)).commit
+        return hub.resolve(_job(repo_id, d.revision, token, files)).commit
     except hub.DownloadError:
         return ""
 
 
 def for_launch(d: Deployment, token: str | None, recorder: Recorder, commit: str = "") -> Outcome:
     """The weights of `d` on this host: from an earlier whole download, else from the Hub
-    (at `commit` when the launch pinned one for every host)."""
-    found = complete_snapshot(d.model_id, d.revision)
+    (at `commit` when the launch pinned one for every host). A Hub GGUF: its quantization's
+    files only."""
+    repo_id, files = weights_of(d)
+    found = _complete(repo_id, d.revision, files)
     if found is not None:
         recorder.enter(DOWNLOADING, detail="already on this host")
         return Outcome(snapshot=found)
-    row = _launch_row(d, d.host, d.revision)
+    row = _launch_row(d, d.host, d.revision, repo_id)
     recorder.enter(DOWNLOADING, download=row.pk)
     status = Status(d.status)  # pending, or restarting for an automatic restart
 
@@ -98,10 +118,10 @@ def for_node(d: Deployment, host: Host, commit: str, token: str | None) -> Outco
     return _fetch_for(d, row, token, still_wanted, None)
 
 
-def _launch_row(d: Deployment, host: Host, revision: str) -> ModelDownload:
+def _launch_row(d: Deployment, host: Host, revision: str, repo_id: str = "") -> ModelDownload:
     return ModelDownload.objects.create(
         host=host,
-        repo_id=d.model_id,
+        repo_id=repo_id or d.model_id,
         revision=revision,
         deployment=d,
         created_by=d.created_by,
@@ -119,13 +139,14 @@ def _fetch_for(
 ) -> Outcome:
     """`row.revision` names the manifest (the revision as asked); `commit`, where given, is
     what is fetched."""
-    job = _job(d.model_id, commit or row.revision, token)
+    repo_id, files = weights_of(d)
+    job = _job(repo_id, commit or row.revision, token, files)
     try:
         fetched = _run(row, job, still_wanted, recorder)
     except hub.Cancelled:
         return Outcome(ended="stopped during the download")
     except hub.DownloadError as exc:
-        return Outcome(ended=f"download of {d.model_id} failed on {row.host.name}: {exc}")
+        return Outcome(ended=f"download of {repo_id} failed on {row.host.name}: {exc}")
     return Outcome(snapshot=fetched.snapshot)
 
 

@@ -1,7 +1,8 @@
 """One model revision from the Hub into this host's Hub cache, with huggingface_hub.
 
 No Django. The files an engine needs only (safetensors, configs, tokenizer; `.bin`/`.pt`
-copies only where a repo has no safetensors), the disk checked before a byte is fetched,
+copies only where a repo has no safetensors; or only the files a job names, such as one GGUF
+quantization of a repo holding many), the disk checked before a byte is fetched,
 progress counted per file, and a stop that interrupts the transfer. A connection cut
 mid-file is resumed by huggingface_hub itself (`http_get` retries with a Range); a stopped or
 failed attempt is resumed by the next one: weights (LFS files) are written to
@@ -38,6 +39,7 @@ from huggingface_hub.utils import tqdm as base_tqdm
 
 WEIGHTS = ("*.safetensors",)
 FALLBACK_WEIGHTS = ("*.bin", "*.pt", "*.pth")  # only where a repo has no safetensors
+GGUF = ("*.gguf",)  # fetched only when named (`Job.only_files`): a repo holds many quantizations
 SMALL_FILES = ("*.json", "*.model", "*.tiktoken", "*.txt", "*.jinja", "tokenizer*")
 PARALLEL_FILES = 4
 PROGRESS_EVERY_S = 0.5
@@ -64,6 +66,8 @@ class Job:
     endpoint: str | None = None
     token: str | None = field(default=None, repr=False)
     min_free_bytes: int = 0
+    # These files only (a GGUF quantization and its split parts), instead of `select_files`.
+    only_files: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +122,18 @@ def resolve(job: Job) -> Revision:
     except HfHubHTTPError as exc:
         raise DownloadError(_hub_message(exc)) from exc
     siblings = info.siblings or []
-    files = select_files({s.rfilename: int(s.size or 0) for s in siblings})
+    sizes = {s.rfilename: int(s.size or 0) for s in siblings}
+    files = _named(job, sizes) if job.only_files else select_files(sizes)
     if not files:
         raise DownloadError(f"{job.repo_id} has no safetensors, .bin or config files to serve")
     etags = {s.rfilename: s.lfs.sha256 for s in siblings if s.lfs and s.rfilename in files}
     return Revision(str(info.sha), files, etags)
+
+
+def _named(job: Job, sizes: dict[str, int]) -> dict[str, int]:
+    if missing := [n for n in job.only_files if n not in sizes]:
+        raise DownloadError(f"{job.repo_id} has no file {', '.join(missing)} at this revision")
+    return {n: sizes[n] for n in sorted(job.only_files)}
 
 
 def _hub_message(exc: HfHubHTTPError) -> str:
@@ -267,7 +278,7 @@ def _one(job: Job, commit: str, name: str, counter: _Counter) -> str:
     if counter.stop.is_set():
         raise Cancelled("stopped during the download")
     try:
-        if _matches(name, WEIGHTS + FALLBACK_WEIGHTS):
+        if _matches(name, WEIGHTS + FALLBACK_WEIGHTS + GGUF):
             path = _resumable(job, commit, name, counter)
         else:
             path = hf_hub_download(

@@ -45,7 +45,7 @@ def test_a_local_gguf_on_two_unequal_cards(
     page.wait_for_url(lambda url: "/models/gguf/local/0/demo/" in url, timeout=BROWSER_WAIT_MS)
     assert page.locator("#plan-split").inner_text() == "one GPU, no split"
     assert page.locator("#launch-button").is_disabled()
-    assert "coming with the engine adapter" in page.locator("#launch-note").inner_text()
+    assert page.locator("#launch-note").inner_text() == "Pick a registered host to launch."
 
     before = page.evaluate(REVISION)
     page.select_option("#plan-target-select", "whatif")

@@ -12,12 +12,15 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from deployments import planning
 from deployments.catalog.gguf_plan import GgufOptions, parse_tensor_split, plan_json
 from deployments.catalog.gguf_read import local_gguf_spec
 from deployments.catalog.gguf_write import LlamaShape, write_random_llama
 from deployments.catalog.plan_cli import PlanCliError, run_plan
+from deployments.models import Deployment
+from monitoring.models import Gpu, Host
 from tests.support.catalog import login_client
 from tests.support.gguf_models import BigLlama, big_llama_header, gguf_repo
 from tests.support.hubstub.server import HubStub
@@ -129,13 +132,52 @@ def test_a_local_gguf_page_shows_the_llamacpp_plan(client: Client, viewer: Any, 
     assert client.get("/models/gguf/local/0/../outside.gguf/").status_code == 404
 
 
-def test_launch_stays_disabled_until_the_engine_adapter(
-    client: Client, operator: Any, gguf_root: Path
-) -> None:
+def test_launch_waits_for_a_registered_host(client: Client, operator: Any, gguf_root: Path) -> None:
     login_client(client, operator)
     html = client.get("/models/gguf/local/0/tiny/tiny-Q8_0.gguf/").content.decode()
-    assert 'id="launch-button" disabled' in html
-    assert "launch on llama.cpp: coming with the engine adapter" in html
+    assert 'id="launch-button" disabled' in html  # no host registered: a what-if plan
+    assert "Pick a registered host to launch." in html
+    assert 'name="engine" value="llamacpp"' in html and 'name="name" value="tiny-q8-0"' in html
+
+
+def test_launch_posts_the_split_the_plan_chose_on_a_host(
+    client: Client, operator: Any, gguf_root: Path
+) -> None:
+    """A host of two unequal GPUs: Launch carries the plan's GPUs and -ts, and the deployment
+    it creates runs with exactly them."""
+    host = Host.objects.create(
+        name="pair", queue="host.pair", backend="nvml", last_heartbeat=timezone.now()
+    )
+    for index, gib in enumerate((24, 16)):
+        Gpu.objects.create(
+            host=host,
+            index=index,
+            uuid=f"GPU-pair-{index}",
+            name="RTX",
+            memory_total_bytes=gib << 30,
+        )
+    login_client(client, operator)
+    html = client.get("/models/gguf/local/0/tiny/tiny-Q8_0.gguf/").content.decode()
+    assert 'id="launch-button" >' in html or 'id="launch-button">' in html
+    payload = client.get("/models/plan/gguf/", {"ref": TINY, "target": "pair"}).json()
+    plan, launch = payload["plan"], payload["plan"]["launch"]
+    assert (
+        launch["engine"] == "llamacpp" and launch["host"] == "pair" and launch["model_ref"] == TINY
+    )
+    assert launch["gpus"] == "0,1" and launch["tensor_split"] == plan["tensor_split_text"]
+    assert len(set(plan["tensor_split"])) == 2
+    assert (
+        plan["launch_note"]
+        == f"Launch starts llama-server on GPU 0, 1, -ts {launch['tensor_split']}."
+    )
+    response = client.post("/deployments/new/", {**launch, "name": "pair-tiny"})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    d = Deployment.objects.get(name="pair-tiny")
+    args = d.snapshot.engine_args
+    assert d.engine == "llamacpp" and d.snapshot.gpu_indices == (0, 1)
+    assert args.split_mode == "layer" and args.tensor_split == tuple(plan["tensor_split"])
+    argv = d.planned_argv
+    assert argv[argv.index("-ts") + 1] == launch["tensor_split"]
 
 
 def test_the_plan_endpoint_answers_for_the_two_gpu_target(
@@ -275,4 +317,5 @@ def test_a_registered_host_is_planned_as_it_is(
     plan = payload["plan"]
     assert payload["target"]["simulated"] and plan["host"] == "sim-a" and plan["gpus"] == 2
     assert [d["total_bytes"] for d in plan["devices"]] == [80 * GIB, 80 * GIB]
-    assert "launch on llama.cpp" in plan["launch_note"]
+    assert "llama-server on this host's CPU" in plan["launch_note"]
+    assert plan["launch"]["gpus"] == plan["launch"]["tensor_split"] == ""  # the CPU, not 2 GPUs

@@ -22,7 +22,6 @@ from deployments.catalog.gguf_read import local_gguf_spec
 from deployments.catalog.gguf_write import convert_demo
 from deployments.handoff.snapshot import from_llamacpp_plan, planned_command
 from deployments.lifecycle.forms import LaunchForm
-from deployments.lifecycle.scaling import deployment_scale
 from deployments.lifecycle.services import (
     DeploymentError,
     LaunchRequest,
@@ -89,7 +88,6 @@ def _nothing_written() -> bool:
         (GGUF_REF, "vllm", r"is a GGUF model; vllm does not load GGUF files here"),
         (GGUF_REF, "transformers", r"is a GGUF model; transformers does not load GGUF"),
         ("org/Model-GGUF:Q4_K_M", "vllm", r"Launch it on llamacpp"),
-        ("org/Model-GGUF:Q4_K_M", "llamacpp", r"Hub GGUF is not available yet"),
         (GGUF_REF, "sglang", r"Unknown engine 'sglang'"),
     ],
 )
@@ -104,8 +102,8 @@ def test_engine_and_format_must_match_before_anything_is_written(
 @pytest.mark.parametrize(
     ("kw", "words"),
     [
-        ({"replicas": 2}, r"one replica for now"),
-        ({"replicas": None}, r"one replica for now"),
+        ({"replicas": 3}, r"3 llama.cpp replicas need a GPU each at least"),
+        ({"replicas": None}, r"ask for a number"),
         ({"hosts": ("other",)}, r"runs on one host"),
         ({"plan_request": planning.PlanRequest(max_model_len=400_000_000)}, r"does not fit"),
     ],
@@ -116,16 +114,6 @@ def test_llamacpp_layouts_it_cannot_run_are_refused(
     with pytest.raises(DeploymentError, match=words):
         deployment_create(user=operator, request=_request(**kw))
     assert _nothing_written()
-
-
-def test_a_llamacpp_deployment_is_not_scaled_out(
-    db_host: Host, gguf_root: Path, operator: Any
-) -> None:
-    d = deployment_create(user=operator, request=_request())
-    Deployment.objects.filter(pk=d.pk).update(status=Status.RUNNING)
-    with pytest.raises(DeploymentError, match=r"one replica for now"):
-        deployment_scale(user=operator, deployment=d, replicas=2)
-    assert list(Deployment.objects.values_list("pk", flat=True)) == [d.pk]
 
 
 def test_the_form_offers_llamacpp(db_host: Host) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from deployments.catalog.gguf_read import local_gguf_spec
 from deployments.catalog.gguf_write import LlamaShape, convert_demo, write_random_llama
 from deployments.planning.memory.llamacpp import LlamaCppSettings, device_memory
@@ -35,3 +37,15 @@ def test_recorded_cases_still_match_the_planner(tiny_model: Path, tmp_path: Path
             assert round(cpu.weights_bytes / MIB, 2) == logged["model"], case["name"]
         assert abs(cpu.compute_bytes / MIB - logged["compute"]) <= 0.1 * logged["compute"]
         assert round(cpu.output_buffer_bytes / MIB, 2) == logged["output"], case["name"]
+
+
+def test_planner_accuracy_reports_the_gguf_cases(capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/planner_accuracy.py's llama.cpp section: every recorded start-up re-planned, the
+    exact kinds counted, the compute buffer's error stated."""
+    from bench.planner_accuracy import evaluate_gguf
+
+    assert evaluate_gguf(live=False)
+    out = capsys.readouterr().out
+    assert "llama.cpp GGUF cases (19;" in out
+    assert "KV       19/19 exact" in out and "model    18/19 exact (1 repacked)" in out
+    assert "compute  " in out and "weights and KV exact on every case held to them" in out
