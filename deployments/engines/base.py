@@ -44,6 +44,7 @@ class LaunchSpec:
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
     enforce_eager: bool = False
+    sleep_mode: bool = False  # vLLM: may sleep when idle (engines.sleep); others ignore it
     spans_hosts: bool = False  # one model over several hosts: vLLM's Ray executor
     ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (spans_hosts)
     node_address: str | None = None  # this host's IP in that cluster (spans_hosts)

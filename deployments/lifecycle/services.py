@@ -31,7 +31,7 @@ from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, ray_nodes, spanned_hosts
 from deployments.live import drain
-from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
+from deployments.models import HOLDS_NAME, Deployment, Engine, Status, replicas
 from monitoring.models import Host
 from teams import membership
 
@@ -143,7 +143,7 @@ def _check_name(name: str) -> str:
     name = name.strip().lower()
     if problem := limits.name_problem(name):
         raise DeploymentError(problem)
-    if Deployment.objects.filter(name=name, status__in=list(ACTIVE)).exists():
+    if Deployment.objects.filter(name=name, status__in=list(HOLDS_NAME)).exists():
         raise DeploymentError(f"A deployment named {name!r} is already active.")
     return name
 

@@ -83,7 +83,9 @@ def _log_path(d: Deployment) -> Path | None:
 
 def check_once() -> None:
     ray_watch.check()  # before the engines: a lost node, not the engine it broke, is the reason
-    for d in _ours().filter(status__in=[Status.STARTING, Status.RUNNING]).exclude(pid=None):
+    # a sleeping engine's process is alive too: one that dies asleep is lost like any other
+    watched = [Status.STARTING, Status.RUNNING, Status.SLEEPING]
+    for d in _ours().filter(status__in=watched).exclude(pid=None):
         if not _alive(d):
             health.forget(d.pk)
             _engine_died(d)
