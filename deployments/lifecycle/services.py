@@ -56,6 +56,9 @@ class LaunchRequest:
     # engine runs on the host of its first pipeline stage.
     hosts: tuple[str, ...] = ()
     team: str | None = None  # None: the user's only team (or none, for a user in no team)
+    # Sleep (vLLM) or scale to zero after this long without a request; None: never
+    # (lifecycle.idle; a vLLM engine with a setting starts with sleep mode).
+    sleep_after_s: int | None = None
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -190,6 +193,7 @@ def deployment_create(
         "auto_restart": bool(auto_restart),
         "hub_token": hub_token,
         "team": team,
+        "sleep_after_s": request.sleep_after_s,
     }
     check_hosts(request.host_name, request.hosts, request.replicas)
     for attempt in range(RESERVE_ATTEMPTS):
@@ -283,6 +287,7 @@ def _create(
             "tensor_parallel_size": snapshot.engine_args.tensor_parallel_size,
             "pipeline_parallel_size": snapshot.engine_args.pipeline_parallel_size,
             "auto_restart": options["auto_restart"],
+            "sleep_after_s": options["sleep_after_s"],
             "hub_token": "the launcher's own" if options["hub_token"] else "none given",
         },
     )
@@ -316,6 +321,7 @@ def _create_rows(
                 plan=own.to_json(),
                 spans_hosts=own.engine_args.spans_hosts,
                 auto_restart=options["auto_restart"],
+                sleep_after_s=options["sleep_after_s"],
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
                 team=options.get("team"),
