@@ -19,6 +19,7 @@ from deployments import planning
 from deployments.lifecycle.idle import idle_setting_update
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, GpuLease, Status
+from monitoring.models import Host
 from tests.support.gateway import bearer_for
 from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
@@ -135,12 +136,9 @@ def test_vllm_sleeps_at_level_one_and_wakes_on_request(
         SHARDBOARD_VLLM_BIN=str(STANDIN),
         VLLM_STANDIN_WAKE_S="1.5",  # the wake the held request waits for
     )
-    d = launch(operator, host, "dozer", "vllm")
-    assert "--enable-sleep-mode" not in d.argv  # no idle setting at launch: no sleep mode
-    idle_setting_update(user=operator, deployment=d, sleep_after_s=IDLE_S)
-    # The setting takes effect for sleep mode at the next start: relaunch it with the flag.
-    deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: state(d) == Status.STOPPED)
+    # The stand-in plays `vllm serve` on the GPUs the simulated backend reports; the launch
+    # runs transformers on the CPU on a host marked simulated, so the row says real GPUs.
+    Host.objects.filter(name=host).update(simulated=False)
     request = LaunchRequest(
         name="dozer", model_ref="local:0/tiny", host_name=host, engine="vllm", sleep_after_s=IDLE_S
     )
@@ -174,5 +172,9 @@ def test_vllm_sleeps_at_level_one_and_wakes_on_request(
     assert wakes.count() == 1 and wakes.get().detail["wake_s"] >= 1.5
     assert GpuLease.objects.get(deployment=d, active=True).asleep_bytes is None
     assert httpx.get(f"{d.base_url}/is_sleeping", timeout=5).json() == {"is_sleeping": False}
+    print(
+        f"wake: answers after {min(a[2] for a in answers):.2f}-{max(a[2] for a in answers):.2f} s "
+        f"(the engine's wake {wakes.get().detail['wake_s']:.2f} s)"
+    )
     deployment_stop(user=operator, deployment=d)
     wait_for(lambda: state(d) == Status.STOPPED)
