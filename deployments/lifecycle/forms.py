@@ -8,7 +8,7 @@ from django import forms
 from django.conf import settings
 
 from deployments import planning
-from deployments.lifecycle import limits
+from deployments.lifecycle import idle, limits
 from deployments.lifecycle.gguf_launch import LAUNCHABLE_ENGINES
 from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
@@ -81,6 +81,14 @@ class LaunchForm(forms.Form):
         label="Restart the engine if it dies",
     )
 
+    sleep_after_min = forms.FloatField(
+        required=False,
+        min_value=idle.MIN_SLEEP_AFTER_S / 60,
+        max_value=idle.MAX_SLEEP_AFTER_S / 60,
+        label="Sleep after (minutes idle)",
+        help_text="blank: never. vLLM sleeps (freeing most of its GPU memory); other engines "
+        "stop and start again on the next request",
+    )
     team = forms.ChoiceField(choices=[("", "your only team")], required=False, label="Team")
 
     def __init__(self, *args: Any, teams: list[str] | None = None, **kwargs: Any) -> None:
@@ -139,4 +147,5 @@ class LaunchForm(forms.Form):
             hosts=tuple(data.get("hosts") or ()),
             auto_restart={"on": True, "off": False}.get(data["auto_restart"] or ""),
             team=data.get("team") or None,
+            sleep_after_s=idle.minutes_to_s(data.get("sleep_after_min")),
         )

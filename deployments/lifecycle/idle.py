@@ -30,7 +30,15 @@ from deployments.live import idle as idle_marks
 from deployments.models import Deployment, GpuLease, Status
 from teams import membership
 
+MIN_SLEEP_AFTER_S = 1
 MAX_SLEEP_AFTER_S = 7 * 24 * 3600
+
+
+def minutes_to_s(minutes: float | None) -> int | None:
+    """A form's or the API's minutes as the column's whole seconds (None: never)."""
+    return None if minutes is None else max(MIN_SLEEP_AFTER_S, round(minutes * 60))
+
+
 ASLEEP = (Status.SLEEPING, Status.SCALED_TO_ZERO)
 
 
@@ -45,7 +53,7 @@ def idle_setting_update(
     replica; a running vLLM engine started without sleep mode is scaled to zero instead until
     its next start adds the flag."""
     require_role(user, Role.OPERATOR)
-    if sleep_after_s is not None and not 1 <= sleep_after_s <= MAX_SLEEP_AFTER_S:
+    if sleep_after_s is not None and not MIN_SLEEP_AFTER_S <= sleep_after_s <= MAX_SLEEP_AFTER_S:
         raise DeploymentError("Sleep after: from 1 second to 7 days, or empty for never.")
     with transaction.atomic():
         rows = list(deployment.group().select_for_update())

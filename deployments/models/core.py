@@ -209,6 +209,11 @@ class Deployment(models.Model):
             return ()  # an engine this release has no adapter for: no command, not an error page
 
     @property
+    def sleep_after_min(self) -> float | None:
+        """The idle setting in minutes, as the pages and forms give it."""
+        return None if self.sleep_after_s is None else round(self.sleep_after_s / 60, 2)
+
+    @property
     def is_active(self) -> bool:
         return self.status in ACTIVE
 
