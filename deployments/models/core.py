@@ -58,7 +58,8 @@ _NEXT: dict[Status, frozenset[Status]] = {
     Status.RUNNING: frozenset({Status.STOPPING, Status.FAILED, Status.RESTARTING, Status.SLEEPING}),
     Status.RESTARTING: frozenset({Status.STARTING, Status.STOPPING, Status.FAILED}),
     Status.STOPPING: frozenset({Status.STOPPED, Status.FAILED, Status.SCALED_TO_ZERO}),
-    Status.SLEEPING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED, Status.RESTARTING}),
+    # not restarting: a sleeping engine's freed bytes may be leased to others meanwhile
+    Status.SLEEPING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED}),
     # a start on demand goes through the launch's own path (pending, then the host's launch)
     Status.SCALED_TO_ZERO: frozenset({Status.PENDING, Status.STOPPING, Status.FAILED}),
     Status.STOPPED: frozenset(),

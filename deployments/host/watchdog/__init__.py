@@ -70,9 +70,13 @@ def _engine_died(d: Deployment) -> None:
     sv.reap_children()
     how = diagnosis.exit_text(code, sig)
     said = "" if how in found.reason else f" ({how})"
-    restart_policy.engine_lost(
-        d, f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}", found
-    )
+    reason = f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}"
+    if d.status == Status.SLEEPING:
+        # Its freed bytes may be leased to others by now: a restart would start an engine on
+        # memory it no longer holds, so it fails (leases released) and is launched again.
+        transitions.fail(d, f"{reason} It died asleep; launch it again.", found)
+    else:
+        restart_policy.engine_lost(d, reason, found)
     if d.pid:
         sv.forget_child(d.pid)
 
