@@ -321,7 +321,7 @@ def _create_rows(
                 plan=own.to_json(),
                 spans_hosts=own.engine_args.spans_hosts,
                 auto_restart=options["auto_restart"],
-                sleep_after_s=options["sleep_after_s"],
+                sleep_after_s=options.get("sleep_after_s"),
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
                 team=options.get("team"),
