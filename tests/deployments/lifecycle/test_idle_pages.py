@@ -50,6 +50,8 @@ def test_pages_show_sleeping_with_the_last_wake(client: Client, viewer: Any, doz
     Deployment.objects.filter(pk=dozy.pk).update(status=Status.SCALED_TO_ZERO, sleep_level=None)
     page = client.get(f"/deployments/{dozy.pk}/").content.decode()
     assert "Scaled to zero" in page and "scaled to zero since" in page
+    dashboard = client.get("/").content.decode()  # still listed: a request starts it again
+    assert f'data-group-status="{dozy.pk}">Scaled to zero' in dashboard and "woke " in dashboard
 
 
 def test_operator_sets_and_clears_it_on_the_page(client: Client, operator: Any, dozy: Any) -> None:
