@@ -40,6 +40,7 @@ def minutes_to_s(minutes: float | None) -> int | None:
 
 
 ASLEEP = (Status.SLEEPING, Status.SCALED_TO_ZERO)
+WAKING = (Status.PENDING, Status.STARTING)  # a start on demand on its way
 
 
 def idle_setting_update(
@@ -80,14 +81,16 @@ class WakeAnswer:
 
 
 def wake_for_request(*, name: str, reason: str) -> WakeAnswer:
-    """Start waking deployment `name` if it sleeps or is scaled to zero; only the first caller
-    sends anything, the others wait for the same wake."""
+    """Start waking deployment `name` if it sleeps or is scaled to zero, or say that it is
+    already waking (started on demand: pending or starting under a wake mark), so that the
+    request waits for it. A sleeping row's wake task is sent by the first caller only; a start
+    on demand is a compare-and-set under the row's lock, so a second caller changes nothing."""
     rows = list(Deployment.objects.filter(name=name, status__in=ASLEEP).select_related("host"))
     if not rows:
+        coming = Deployment.objects.filter(name=name, status__in=WAKING).exists()
         return WakeAnswer(asleep=False)
-    if not idle_marks.claim_wake(name, settings.SHARDBOARD_WAKE_HOLD_S):
-        return WakeAnswer(asleep=True)
-    for row in (r for r in rows if r.status == Status.SLEEPING):
+    first_caller = idle_marks.claim_wake(name, settings.SHARDBOARD_WAKE_HOLD_S)
+    for row in (r for r in rows if r.status == Status.SLEEPING and first_caller):
         celery_app.send_task(
             "deployments.wake",
             args=[row.pk, reason],
@@ -95,9 +98,8 @@ def wake_for_request(*, name: str, reason: str) -> WakeAnswer:
             retry=True,
             retry_policy=SEND_RETRY_POLICY,
         )
-    zero = [r for r in rows if r.status == Status.SCALED_TO_ZERO]
     try:
-        for row in zero:
+        for row in (r for r in rows if r.status == Status.SCALED_TO_ZERO):
             start_on_demand(deployment_id=row.pk, reason=reason)
     except DeploymentError as exc:
         idle_marks.wake_done(name)

@@ -70,6 +70,18 @@ def claim_wake(name: str, hold_s: float) -> bool:
         client.close()
 
 
+def waking(name: str) -> bool:
+    """A wake of `name` was asked for and has not ended (its mark is still there)."""
+    client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
+    try:
+        return bool(client.exists(wake_key(name)))
+    except (RedisError, OSError) as exc:
+        logger.warning("wake of %s unknown, Redis unavailable: %s", name, exc)
+        return False
+    finally:
+        client.close()
+
+
 def wake_done(name: str) -> None:
     client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
     try:

@@ -5,7 +5,9 @@ started again on demand) and the vLLM 0.33 stand-in (asleep at level 1, woken on
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -176,5 +178,12 @@ def test_vllm_sleeps_at_level_one_and_wakes_on_request(
         f"wake: answers after {min(a[2] for a in answers):.2f}-{max(a[2] for a in answers):.2f} s "
         f"(the engine's wake {wakes.get().detail['wake_s']:.2f} s)"
     )
-    deployment_stop(user=operator, deployment=d)
-    wait_for(lambda: state(d) == Status.STOPPED)
+
+    # Idle again, it sleeps again; an engine that dies asleep fails (its freed bytes may be
+    # leased to others: no automatic restart on memory it no longer holds).
+    wait_for(lambda: state(d) == Status.SLEEPING, timeout_s=60)
+    assert d.pgid is not None
+    os.killpg(d.pgid, signal.SIGKILL)
+    wait_for(lambda: state(d) == Status.FAILED, timeout_s=60)
+    assert "died asleep" in d.failure_reason, d.failure_reason
+    assert not GpuLease.objects.filter(deployment=d, active=True).exists()

@@ -21,6 +21,7 @@ from deployments.live import idle as idle_marks
 from deployments.models import Deployment, GpuLease, Status
 from monitoring.models import Gpu
 from tests.support.gateway import bearer_for
+from tests.support.waiting import wait_for
 
 HOLD_S = 3
 COMPLETION = {"prompt": "hi", "max_tokens": 4}
@@ -104,3 +105,34 @@ def test_a_stopped_deployment_is_not_held(
     make_deployment("ended", stub.port, status=Status.STOPPED)
     answer, waited_s = post(server.url, bearer_for(operator), "ended")
     assert answer.status_code == 409 and waited_s < HOLD_S, answer.text
+
+
+def test_a_request_arriving_during_a_start_on_demand_is_held_too(
+    short_hold: None, server: Any, stub: Any, make_deployment: Any, operator: Any
+) -> None:
+    fresh("waker")
+    d = make_deployment("waker", stub.port, status=Status.SCALED_TO_ZERO)
+    gpu = Gpu.objects.create(
+        host=d.host, index=0, uuid="GPU-x", name="H100", memory_total_bytes=80 << 30
+    )
+    GpuLease.objects.create(
+        deployment=d, gpu=gpu, memory_bytes=1 << 30, active=False, released_at=timezone.now()
+    )
+    auth = bearer_for(operator)
+
+    def started() -> None:  # the host worker's part: the engine runs 1.5 s after the start
+        wait_for(lambda: Deployment.objects.get(pk=d.pk).status == Status.PENDING)
+        time.sleep(1.5)
+        Deployment.objects.filter(pk=d.pk).update(status=Status.RUNNING)
+        connections.close_all()
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        host = pool.submit(started)
+        first = pool.submit(post, server.url, auth, "waker")
+        wait_for(lambda: Deployment.objects.get(pk=d.pk).status == Status.PENDING)
+        later = pool.submit(post, server.url, auth, "waker")  # arrives while it starts
+        answers = [first.result(timeout=30), later.result(timeout=30)]
+        host.result(timeout=30)
+    for answer, waited_s in answers:
+        assert answer.status_code == 200 and waited_s < HOLD_S, (answer.text, waited_s)
+    assert d.events.filter(new_status=Status.PENDING).count() == 1
