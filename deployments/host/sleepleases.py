@@ -72,7 +72,7 @@ def lease_awake(d: Deployment) -> None:
             continue
         gpu = by_pk[lease.gpu_id]
         others = held.get(gpu.pk, 0) - lease.asleep_bytes
-        if False:
+        if others + lease.memory_bytes > gpu.memory_total_bytes:
             free = max(gpu.memory_total_bytes - others - lease.asleep_bytes, 0)
             raise WakeBlocked(
                 f"GPU {gpu.index} on {gpu.host.name}: the wake needs "

@@ -88,7 +88,7 @@ def wake_for_request(*, name: str, reason: str) -> WakeAnswer:
     rows = list(Deployment.objects.filter(name=name, status__in=ASLEEP).select_related("host"))
     if not rows:
         coming = Deployment.objects.filter(name=name, status__in=WAKING).exists()
-        return WakeAnswer(asleep=False)
+        return WakeAnswer(asleep=coming and idle_marks.waking(name))
     first_caller = idle_marks.claim_wake(name, settings.SHARDBOARD_WAKE_HOLD_S)
     for row in (r for r in rows if r.status == Status.SLEEPING and first_caller):
         celery_app.send_task(
