@@ -43,6 +43,8 @@ from deployments.models import Deployment, Engine, Status
 
 log = logging.getLogger(__name__)
 _stop = threading.Event()
+_locks: dict[int, threading.Lock] = {}
+_locks_guard = threading.Lock()
 WAKE_RETRY_S = 1.0
 
 
@@ -90,36 +92,49 @@ def _go_idle(deployment_id: int, idle_s: float) -> dict[str, Any]:
 
 
 def _sleep(d: Deployment, why: str) -> dict[str, Any]:
+    """Drained, then `sleeping` BEFORE the engine is asked to sleep (a sleep at level 1 copies
+    the weights to RAM: seconds on a large model), so that a request arriving meanwhile is
+    held by the gateway and wakes it, instead of finding a replica out of rotation. The leases
+    shrink only once the engine has freed the memory; a wake waits for the sleep to end
+    (the engine's lock)."""
     drained = drain.drain_replica(d.pk)  # its streams end before the engine sleeps
     weights = sum(f.weights_bytes for f in sleepleases.figures_by_gpu(d).values())
     choice = sleep_mode.choose_level(
         weights_bytes=weights, ram_available_bytes=psutil.virtual_memory().available
     )
-    started = time.monotonic()
-    try:
-        engine_sleep.put_to_sleep(d.base_url, choice.level)
-    except engine_sleep.EngineSleepError as exc:
-        drain.drain_end([d.pk])
-        log.warning("deployment %s did not go to sleep: %s", d.pk, exc)
-        return {"not_slept": str(exc)}
-    took_s = time.monotonic() - started
-    reason = f"asleep: {why}; {choice.why}; {drained.describe()}"
-    with transaction.atomic():
+    with _engine_lock(d.pk):
+        reason = f"asleep: {why}; {choice.why}; {drained.describe()}"
         if not transitions.move(
             d, Status.SLEEPING, reason, slept_at=timezone.now(), sleep_level=choice.level
         ):
+            drain.drain_end([d.pk])
             return {"skipped": "moved on meanwhile"}
-        kept = sleepleases.lease_asleep(d)
-        _audit(
-            d,
-            "deployment.sleep",
-            why,
-            level=choice.level,
-            level_why=choice.why,
-            sleep_s=round(took_s, 3),
-            kept_bytes_per_gpu=kept,
-        )
+        started = time.monotonic()
+        try:
+            engine_sleep.put_to_sleep(d.base_url, choice.level)
+        except engine_sleep.EngineSleepError as exc:
+            transitions.move(d, Status.RUNNING, f"did not go to sleep: {exc}", sleep_level=None)
+            drain.drain_end([d.pk])
+            return {"not_slept": str(exc)}
+        took_s = time.monotonic() - started
+        with transaction.atomic():
+            kept = sleepleases.lease_asleep(d)
+            _audit(
+                d,
+                "deployment.sleep",
+                why,
+                level=choice.level,
+                level_why=choice.why,
+                sleep_s=round(took_s, 3),
+                kept_bytes_per_gpu=kept,
+            )
     return {"slept": d.pk, "level": choice.level}
+
+
+def _engine_lock(deployment_id: int) -> threading.Lock:
+    """One sleep or wake of an engine at a time, in this worker (the one that owns it)."""
+    with _locks_guard:
+        return _locks.setdefault(deployment_id, threading.Lock())
 
 
 def _scale_to_zero(d: Deployment, why: str) -> dict[str, Any]:
@@ -152,6 +167,11 @@ def wake(deployment_id: int, reason: str) -> dict[str, Any]:
 
 
 def _wake(deployment_id: int, reason: str) -> dict[str, Any]:
+    with _engine_lock(deployment_id):  # a sleep under way ends first
+        return _wake_now(deployment_id, reason)
+
+
+def _wake_now(deployment_id: int, reason: str) -> dict[str, Any]:
     d = Deployment.objects.select_related("host").get(pk=deployment_id)
     if d.status != Status.SLEEPING:
         idle_marks.wake_done(d.name)  # awake already, or not asleep yet: the next request asks
