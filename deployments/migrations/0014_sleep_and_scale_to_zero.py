@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("deployments", "0012_start_observation"),
+        ("deployments", "0013_start_observation_planned_correction"),
         ("monitoring", "0002_host_retired_at"),
         ("teams", "0001_teams_and_quotas"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
