@@ -185,8 +185,9 @@ def test_vllm_sleeps_at_level_one_and_wakes_on_request(
 
     # Idle again, it sleeps again; an engine that dies asleep fails (its freed bytes may be
     # leased to others: no automatic restart on memory it no longer holds).
-    wait_for(lambda: state(d) == Status.SLEEPING, timeout_s=60)
-    assert d.pgid is not None
+    sleeps = AuditEvent.objects.filter(action="deployment.sleep", target_id=str(d.pk))
+    wait_for(lambda: sleeps.count() == 2, timeout_s=60)  # asleep, leases shrunk
+    assert state(d) == Status.SLEEPING and d.pgid is not None
     os.killpg(d.pgid, signal.SIGKILL)
     wait_for(lambda: state(d) == Status.FAILED, timeout_s=60)
     assert "died asleep" in d.failure_reason, d.failure_reason
