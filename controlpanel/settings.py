@@ -176,6 +176,11 @@ SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, 
 # Before that SIGTERM: how long a stopping replica, already out of the gateway's rotation, is
 # given to finish the streams it holds (deployments.live.drain); 0: no wait.
 SHARDBOARD_DRAIN_GRACE_S = env.env_float("SHARDBOARD_DRAIN_GRACE_S", 60, low=0, high=3600)
+# Idle deployments (deployments.host.idle): how often each host worker looks for them, and how
+# long the gateway holds a request for a sleeping or scaled-to-zero one while it wakes or
+# starts (then a 503 with Retry-After). A cold start of a large vLLM model takes minutes.
+SHARDBOARD_IDLE_CHECK_S = env.env_float("SHARDBOARD_IDLE_CHECK_S", 10, low=0.1, high=3600)
+SHARDBOARD_WAKE_HOLD_S = env.env_float("SHARDBOARD_WAKE_HOLD_S", 120, low=1, high=3600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
 # The planner's correction learned per (GPU model, vLLM version) from recorded starts
 # (deployments.catalog.corrections); off: every plan is the planner's alone.

@@ -12,11 +12,12 @@ from controlpanel.api.schemas import (
     REFUSALS,
     DeploymentCreateIn,
     DeploymentOut,
+    IdleIn,
     Message,
     ScaleIn,
 )
 from deployments.catalog.selectors import session_hub_token
-from deployments.lifecycle import scaling, selectors, services
+from deployments.lifecycle import idle, scaling, selectors, services
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment, RayNode, replicas
 from teams import membership
@@ -94,6 +95,21 @@ def deployment_scale(request: HttpRequest, pk: int, body: ScaleIn) -> Status[dic
     return Status(202, deployment_out(_first(first.pk)))
 
 
+@router.put(
+    "/deployments/{int:pk}/idle",
+    response={200: DeploymentOut, 404: Message, 409: Message, **REFUSALS},
+    auth=DEPLOY,
+)
+def deployment_idle(request: HttpRequest, pk: int, body: IdleIn) -> Status[dict[str, Any]]:
+    first = idle.idle_setting_update(
+        user=principal(request).user,
+        deployment=_first(pk),
+        sleep_after_s=idle.minutes_to_s(body.sleep_after_min),
+        http_request=request,
+    )
+    return Status(200, deployment_out(_first(first.pk)))
+
+
 def _first(pk: int) -> Deployment:
     """The deployment a replica's id names (its first replica), with what `deployment_out`
     reads prefetched."""
@@ -143,6 +159,8 @@ def deployment_out(first: Deployment) -> dict[str, Any]:
         "team": first.team.name if first.team else None,
         "status": state.status,
         "replicas_running": state.running,
+        "sleep_after_min": first.sleep_after_min,
+        "woke_at": first.woke_at,
         "replicas": [
             {
                 "id": m.pk,

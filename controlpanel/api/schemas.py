@@ -44,6 +44,10 @@ class DeploymentOut(Schema):
     created_by: str | None
     created_at: datetime
     command: list[str] = Field(description="the planned engine argv")
+    sleep_after_min: float | None = Field(
+        None, description="sleeps (vLLM) or scales to zero after this long idle; null: never"
+    )
+    woke_at: datetime | None = Field(None, description="when it last woke or started on demand")
 
 
 class DeploymentCreateIn(Schema):
@@ -69,6 +73,9 @@ class DeploymentCreateIn(Schema):
     replicas: int | Literal["max"] = Field(1, description=f"1 to {MAX_REPLICAS}, or max")
     placement: Literal["spread", "packed"] = "spread"
     auto_restart: bool | None = Field(None, description="null: the server's default")
+    sleep_after_min: float | None = Field(
+        None, gt=0, le=7 * 24 * 60, description="sleep or scale to zero after this long idle"
+    )
     hosts: list[str] = Field(
         default_factory=list,
         max_length=64,
@@ -81,6 +88,15 @@ class DeploymentCreateIn(Schema):
 
 class ScaleIn(Schema):
     replicas: int = Field(ge=1, le=SCALE_MAX, description="live replicas wanted")
+
+
+class IdleIn(Schema):
+    sleep_after_min: float | None = Field(
+        gt=0,
+        le=7 * 24 * 60,
+        description="sleep (vLLM) or scale to zero after this many minutes without a request; "
+        "null: never",
+    )
 
 
 class GpuOut(Schema):

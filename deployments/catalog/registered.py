@@ -16,6 +16,7 @@ from typing import Any
 
 import redis
 from django.db.models import Sum
+from django.db.models.functions import Coalesce
 
 from deployments import planning
 from deployments.models import GpuLease
@@ -68,11 +69,12 @@ def free_bytes_by_gpu(host: Host) -> dict[int, int]:
 
 
 def reserved_bytes(gpu_ids: Iterable[int]) -> dict[int, int]:
-    """Bytes of the active reservations on each GPU (by primary key)."""
+    """Bytes of the active reservations on each GPU (by primary key); a sleeping engine's
+    lease counts only what it still holds (GpuLease.asleep_bytes)."""
     rows = (
         GpuLease.objects.filter(gpu_id__in=list(gpu_ids), active=True)
         .values("gpu_id")
-        .annotate(total=Sum("memory_bytes"))
+        .annotate(total=Sum(Coalesce("asleep_bytes", "memory_bytes")))
     )
     return {int(r["gpu_id"]): int(r["total"] or 0) for r in rows}
 

@@ -44,6 +44,7 @@ class LaunchSpec:
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
     enforce_eager: bool = False
+    sleep_mode: bool = False  # vLLM: may sleep when idle (engines.sleep); others ignore it
     runner: str | None = None  # "pooling": an embedding/classification model (vLLM --runner)
     convert: str | None = None  # vLLM --convert embed|classify
     spans_hosts: bool = False  # one model over several hosts: vLLM's Ray executor

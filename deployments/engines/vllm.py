@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from deployments.engines import sleep
 from deployments.engines.base import (
     EngineCommand,
     ExternalCommand,
@@ -68,6 +69,8 @@ class VllmAdapter(ExternalCommand):
         argv += _optional_flags(spec)
         if spec.enforce_eager:
             argv.append("--enforce-eager")
+        if spec.sleep_mode:
+            argv.append(sleep.SLEEP_FLAG)
         if spec.spans_hosts:
             argv += ["--distributed-executor-backend", "ray"]
         return (*argv, *spec.extra_args)
@@ -105,6 +108,8 @@ def _env(spec: LaunchSpec) -> dict[str, str]:
     env["DO_NOT_TRACK"] = "1"
     env["VLLM_DISABLE_LOG_LOGO"] = "1"  # plain "vLLM server version …" first line
     env["VLLM_LOGGING_COLOR"] = "0"
+    if spec.sleep_mode:
+        env.update(sleep.DEV_MODE_ENV)  # /sleep, /wake_up, /is_sleeping are dev-mode routes
     if spec.api_key:
         env["VLLM_API_KEY"] = spec.api_key  # read by vLLM when --api-key is absent
     if spec.spans_hosts:

@@ -63,6 +63,7 @@ def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> Launc
         "hf_token": None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
         "owner": engine_owner(),
         "extra_env": hub_env,
+        "sleep_mode": d.engine == Engine.VLLM and d.sleep_after_s is not None,
     }
     if simulated:
         facts |= {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
@@ -355,6 +356,14 @@ def stop(deployment_id: int) -> dict[str, Any]:
     d = Deployment.objects.select_related("host").get(pk=deployment_id)
     if d.status != Status.STOPPING:
         return {"skipped": f"status is {d.status}"}
+    reason = stop_engine(d)
+    transitions.move(d, Status.STOPPED, reason, release_leases=True, restart_at=None)
+    return {"stopped": d.pk}
+
+
+def stop_engine(d: Deployment) -> str:
+    """Drain, SIGTERM (then SIGKILL) and ship the log of `d`'s engine; says how it went. The
+    caller moves the row on (stopped, or scaled to zero: deployments.host.idle)."""
     if recorder := launchphases.current(d.pk):
         recorder.close()
     result = None
@@ -371,9 +380,7 @@ def stop(deployment_id: int) -> dict[str, Any]:
         )
         sv.reap_children()
     logship.finish(d, Path(d.log_path) if d.log_path else None)
-    reason = _stop_reason(result, drained)
-    transitions.move(d, Status.STOPPED, reason, release_leases=True, restart_at=None)
-    return {"stopped": d.pk}
+    return _stop_reason(result, drained)
 
 
 def _stop_reason(result: sv.StopResult | None, drained: drain.Drained | None) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from deployments.host import engine_control
+from deployments.host import engine_control, idle
 from deployments.host.downloads import tasks as download_tasks  # noqa: F401  (its tasks)
 from deployments.host.ray import cluster
 from deployments.host.sweeper import run_claimed
@@ -38,3 +38,9 @@ def ray_join(node_id: int, commit: str = "") -> dict[str, Any]:
 @shared_task(name="deployments.ray_leave", acks_late=True)
 def ray_leave(node_id: int) -> dict[str, Any]:
     return cluster.leave(node_id)
+
+
+@shared_task(name="deployments.wake", acks_late=True)
+def wake(deployment_id: int, reason: str = "") -> dict[str, Any]:
+    """A sleeping vLLM engine's wake, sent by the gateway's first held request (host.idle)."""
+    return idle.wake(deployment_id, reason or "a request arrived")

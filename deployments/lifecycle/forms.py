@@ -8,7 +8,7 @@ from django import forms
 from django.conf import settings
 
 from deployments import planning
-from deployments.lifecycle import limits
+from deployments.lifecycle import idle, limits
 from deployments.lifecycle.gguf_form import LlamaCppFields, gguf_options
 from deployments.lifecycle.gguf_launch import LAUNCHABLE_ENGINES
 from deployments.lifecycle.services import LaunchRequest
@@ -87,6 +87,14 @@ class LaunchForm(LlamaCppFields):
         label="Restart the engine if it dies",
     )
 
+    sleep_after_min = forms.FloatField(
+        required=False,
+        min_value=idle.MIN_SLEEP_AFTER_S / 60,
+        max_value=idle.MAX_SLEEP_AFTER_S / 60,
+        label="Sleep after (minutes idle)",
+        help_text="blank: never. vLLM sleeps (freeing most of its GPU memory); other engines "
+        "stop and start again on the next request",
+    )
     team = forms.ChoiceField(choices=[("", "your only team")], required=False, label="Team")
 
     def __init__(self, *args: Any, teams: list[str] | None = None, **kwargs: Any) -> None:
@@ -148,4 +156,5 @@ class LaunchForm(LlamaCppFields):
             team=data.get("team") or None,
             gpu_indices=data.get("gpus"),
             llamacpp=gguf_options(data) if data["engine"] == Engine.LLAMACPP else None,
+            sleep_after_s=idle.minutes_to_s(data.get("sleep_after_min")),
         )

@@ -38,6 +38,7 @@ def deployment_relaunch(
         revision=first.revision,
         plan_request=planning.PlanRequest(**overrides),
         auto_restart=first.auto_restart,
+        sleep_after_s=first.sleep_after_s,
         replicas=None if asked == "max" else int(asked),
         hosts=further_hosts(first),
         team=first.team.name if first.team else None,

@@ -210,6 +210,7 @@ def _new_rows(
                         plan=own.to_json(),
                         spans_hosts=first.spans_hosts,
                         auto_restart=first.auto_restart,
+                        sleep_after_s=first.sleep_after_s,
                         hub_token_sealed=first.hub_token_sealed,
                         created_by=first.created_by,
                         team_id=first.team_id,

@@ -18,7 +18,7 @@ from deployments.lifecycle.launchphases import launch_steps
 from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
 from deployments.live import enginelog
-from deployments.models import ACTIVE, Deployment, Status, replicas
+from deployments.models import HOLDS_NAME, Deployment, Status, replicas
 from monitoring.models import Host
 from playground.gateway import balance
 
@@ -75,8 +75,8 @@ def deployment_rows(filters: ListFilters) -> list[ListRow]:
 
 def active_rows(team: str = "") -> list[ListRow]:
     """The deployments with a replica still up (the dashboard's list), their replicas folded;
-    `team`: only that team's."""
-    live = list(ACTIVE)
+    `team`: only that team's. A scaled-to-zero one too: a request starts it again."""
+    live = list(HOLDS_NAME)
     rows = (
         Deployment.objects.filter(replica_of__isnull=True, **({"team__name": team} if team else {}))
         .filter(Q(status__in=live) | Q(replicas__status__in=live))

@@ -33,7 +33,7 @@ from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, ray_nodes, spanned_hosts
 from deployments.live import drain
-from deployments.models import ACTIVE, Deployment, Engine, Status, replicas
+from deployments.models import HOLDS_NAME, Deployment, Engine, Status, replicas
 from monitoring.models import Host
 from teams import membership
 
@@ -59,6 +59,9 @@ class LaunchRequest:
     hosts: tuple[str, ...] = ()
     team: str | None = None  # None: the user's only team (or none, for a user in no team)
     llamacpp: GgufOptions | None = None  # llama.cpp's own settings (the GGUF plan panel's)
+    # Sleep (vLLM) or scale to zero after this long without a request; None: never
+    # (lifecycle.idle; a vLLM engine with a setting starts with sleep mode).
+    sleep_after_s: int | None = None
 
 
 def require_role(user: Any, role: Role) -> None:
@@ -147,7 +150,7 @@ def _check_name(name: str) -> str:
     name = name.strip().lower()
     if problem := limits.name_problem(name):
         raise DeploymentError(problem)
-    if Deployment.objects.filter(name=name, status__in=list(ACTIVE)).exists():
+    if Deployment.objects.filter(name=name, status__in=list(HOLDS_NAME)).exists():
         raise DeploymentError(f"A deployment named {name!r} is already active.")
     return name
 
@@ -197,6 +200,7 @@ def deployment_create(
         "auto_restart": bool(auto_restart),
         "hub_token": hub_token,
         "team": team,
+        "sleep_after_s": request.sleep_after_s,
     }
     check_hosts(request.host_name, request.hosts, request.replicas)
     for attempt in range(RESERVE_ATTEMPTS):
@@ -301,6 +305,7 @@ def _create(
             "tensor_parallel_size": snapshot.engine_args.tensor_parallel_size,
             "pipeline_parallel_size": snapshot.engine_args.pipeline_parallel_size,
             "auto_restart": options["auto_restart"],
+            "sleep_after_s": options["sleep_after_s"],
             "hub_token": "the launcher's own" if options["hub_token"] else "none given",
         },
     )
@@ -334,6 +339,7 @@ def _create_rows(
                 plan=own.to_json(),
                 spans_hosts=own.engine_args.spans_hosts,
                 auto_restart=options["auto_restart"],
+                sleep_after_s=options.get("sleep_after_s"),
                 hub_token_sealed=sealed.seal(options["hub_token"] or ""),
                 created_by=user,
                 team=options.get("team"),

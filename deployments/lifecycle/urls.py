@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployments.lifecycle import accuracy_views
+from deployments.lifecycle import accuracy_views, idle_views
 from deployments.lifecycle import views as dv
 
 urlpatterns = [
@@ -12,5 +12,6 @@ urlpatterns = [
     path("deployments/<int:pk>/stop/", dv.deployment_stop, name="deployment_stop"),
     path("deployments/<int:pk>/scale/", dv.deployment_scale, name="deployment_scale"),
     path("deployments/<int:pk>/relaunch/", dv.deployment_relaunch, name="deployment_relaunch"),
+    path("deployments/<int:pk>/idle/", idle_views.deployment_idle, name="deployment_idle"),
     path("planner-accuracy/", accuracy_views.planner_accuracy, name="planner_accuracy"),
 ]

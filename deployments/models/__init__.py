@@ -6,6 +6,7 @@ imports from here."""
 
 from .core import (
     ACTIVE,
+    HOLDS_NAME,
     TERMINAL,
     Deployment,
     DeploymentEvent,
@@ -22,6 +23,7 @@ from .weights import CachedModel, DownloadStatus, HostDisk, ModelDownload
 
 __all__ = [
     "ACTIVE",
+    "HOLDS_NAME",
     "TERMINAL",
     "CachedModel",
     "Deployment",

@@ -30,20 +30,38 @@ class Status(models.TextChoices):
     STOPPED = "stopped", "Stopped"
     FAILED = "failed", "Failed"
     RESTARTING = "restarting", "Restarting"  # the engine died; a new one starts after a backoff
+    # Idle (deployments.host.idle): a vLLM engine asleep, its process alive, most of its GPU
+    # memory given back; an engine that cannot sleep stopped, its plan kept to start on demand.
+    SLEEPING = "sleeping", "Sleeping"
+    SCALED_TO_ZERO = "scaled_to_zero", "Scaled to zero"
 
 
 TERMINAL = frozenset({Status.STOPPED, Status.FAILED})
 ACTIVE = frozenset(
-    {Status.PENDING, Status.STARTING, Status.RUNNING, Status.STOPPING, Status.RESTARTING}
+    {
+        Status.PENDING,
+        Status.STARTING,
+        Status.RUNNING,
+        Status.STOPPING,
+        Status.RESTARTING,
+        Status.SLEEPING,
+    }
 )
+# A scaled-to-zero row has no engine (so it is not ACTIVE: the watchdog and reconcile leave it
+# alone) but keeps its name: it starts again under that name on the next request.
+HOLDS_NAME = ACTIVE | {Status.SCALED_TO_ZERO}
 
 # Allowed moves; `failed` is reachable from every non-terminal state.
 _NEXT: dict[Status, frozenset[Status]] = {
     Status.PENDING: frozenset({Status.STARTING, Status.STOPPING, Status.FAILED}),
     Status.STARTING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED, Status.RESTARTING}),
-    Status.RUNNING: frozenset({Status.STOPPING, Status.FAILED, Status.RESTARTING}),
+    Status.RUNNING: frozenset({Status.STOPPING, Status.FAILED, Status.RESTARTING, Status.SLEEPING}),
     Status.RESTARTING: frozenset({Status.STARTING, Status.STOPPING, Status.FAILED}),
-    Status.STOPPING: frozenset({Status.STOPPED, Status.FAILED}),
+    Status.STOPPING: frozenset({Status.STOPPED, Status.FAILED, Status.SCALED_TO_ZERO}),
+    # not restarting: a sleeping engine's freed bytes may be leased to others meanwhile
+    Status.SLEEPING: frozenset({Status.RUNNING, Status.STOPPING, Status.FAILED}),
+    # a start on demand goes through the launch's own path (pending, then the host's launch)
+    Status.SCALED_TO_ZERO: frozenset({Status.PENDING, Status.STOPPING, Status.FAILED}),
     Status.STOPPED: frozenset(),
     Status.FAILED: frozenset(),
 }
@@ -103,6 +121,16 @@ class Deployment(models.Model):
     restart_count = models.PositiveIntegerField(default=0, help_text="automatic restarts in a row")
     auto_restart = models.BooleanField(default=False, help_text="restart the engine if it dies")
     restart_at = models.DateTimeField(null=True, blank=True, help_text="next automatic restart")
+    sleep_after_s = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="sleep (or scale to zero) after this long without a request",
+    )
+    slept_at = models.DateTimeField(null=True, blank=True, help_text="when it last went idle")
+    woke_at = models.DateTimeField(null=True, blank=True, help_text="when it last woke or started")
+    sleep_level = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="vLLM's sleep level while it sleeps (1 or 2)"
+    )
     # A launch of N replicas is N rows: the first (replica 1, ``replica_of`` empty) stands for
     # the deployment on the pages; each row has its own GPUs, engine, port and state.
     replica_of = models.ForeignKey(
@@ -132,7 +160,15 @@ class Deployment(models.Model):
             models.UniqueConstraint(
                 fields=["name", "replica_index"],
                 condition=Q(
-                    status__in=["pending", "starting", "running", "stopping", "restarting"]
+                    status__in=[
+                        "pending",
+                        "starting",
+                        "running",
+                        "stopping",
+                        "restarting",
+                        "sleeping",
+                        "scaled_to_zero",
+                    ]
                 ),
                 name="deployment_active_name_replica_unique",
             ),
@@ -177,6 +213,11 @@ class Deployment(models.Model):
             )
         except UnsupportedSpec:
             return ()  # an engine this release has no adapter for: no command, not an error page
+
+    @property
+    def sleep_after_min(self) -> float | None:
+        """The idle setting in minutes, as the pages and forms give it."""
+        return None if self.sleep_after_s is None else round(self.sleep_after_s / 60, 2)
 
     @property
     def is_active(self) -> bool:
@@ -241,6 +282,12 @@ class GpuLease(models.Model):
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="leases")
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="leases")
     memory_bytes = models.BigIntegerField(default=0, help_text="bytes reserved on this GPU")
+    # While its engine sleeps a lease counts only these bytes (the CUDA context and what vLLM
+    # does not give back); the rest of memory_bytes may be leased to others, so a wake takes
+    # it back under the same GPU row locks as a launch, or waits (deployments.host.sleepleases).
+    asleep_bytes = models.BigIntegerField(
+        null=True, blank=True, help_text="bytes still held while the engine sleeps; empty: awake"
+    )
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
@@ -249,6 +296,11 @@ class GpuLease(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=Q(memory_bytes__gte=0), name="gpu_lease_memory_not_negative"
+            ),
+            models.CheckConstraint(
+                condition=Q(asleep_bytes__isnull=True)
+                | Q(asleep_bytes__gte=0, asleep_bytes__lte=models.F("memory_bytes")),
+                name="gpu_lease_asleep_within_lease",
             ),
             models.UniqueConstraint(
                 fields=["deployment", "gpu"],

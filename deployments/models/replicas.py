@@ -16,6 +16,7 @@ from .core import Status
 DEGRADED = "degraded"
 _DOWN = frozenset({Status.FAILED, Status.RESTARTING, Status.STOPPED})
 _COMING_UP = frozenset({Status.PENDING, Status.STARTING, Status.RUNNING})
+_IDLE_OR_UP = frozenset({Status.RUNNING, Status.SLEEPING, Status.SCALED_TO_ZERO})
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,8 @@ def overall(statuses: Sequence[str]) -> GroupState:
         status: str = next(iter(seen))
     elif Status.STOPPING in seen:
         status = Status.STOPPING
+    elif seen <= _IDLE_OR_UP:  # replicas going to sleep or waking one after the other
+        status = Status.RUNNING if Status.RUNNING in seen else Status.SLEEPING
     elif seen <= {Status.STOPPED, Status.FAILED}:
         status = Status.FAILED
     elif seen & _DOWN:

@@ -25,9 +25,12 @@ from playground.models import Scope
 
 
 class AccessError(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
+    def __init__(
+        self, status: int, kind: str, message: str, retry_after_s: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.kind, self.message = status, kind, message
+        self.retry_after_s = retry_after_s  # a Retry-After header (a deployment still waking)
 
 
 @dataclass(frozen=True, slots=True)

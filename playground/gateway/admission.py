@@ -6,6 +6,7 @@ PLAYGROUND_AUTH_CACHE_S) this touches neither the database nor a thread.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import partial
 
@@ -15,7 +16,7 @@ from django.http import HttpRequest
 
 from controlpanel.audit import client_ip
 from playground import tokens
-from playground.gateway import dbwork, protocols, ratelimit, response_routes, rows
+from playground.gateway import dbwork, protocols, ratelimit, response_routes, rows, wake
 from playground.gateway.access import (
     AccessError,
     Caller,
@@ -110,7 +111,16 @@ def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap | None]:
 
 async def replicas_for(caller: Caller, name: str) -> tuple[Target, ...]:
     lookup = partial(gateway_replicas, user=caller.user, name=name)
-    return await targets.get_or_load(name, lambda: dbwork.in_thread(lookup))
+
+    def load() -> Awaitable[tuple[Target, ...]]:
+        return dbwork.in_thread(lookup)
+
+    try:
+        found = await targets.get_or_load(name, load)
+    except AccessError as exc:  # none running: held while a sleeping one wakes (gateway.wake)
+        found = await wake.held(name, exc, load)
+    wake.touch(name)
+    return found
 
 
 def _audit_refusal(caller: Caller, exc: AccessError, ip: str | None) -> list[Model]:

@@ -10,12 +10,16 @@ from django.http import HttpResponseBase, JsonResponse
 from playground.gateway.protocols import anthropic_error_body
 
 
-def error_response(status: int, kind: str, message: str) -> JsonResponse:
+def error_response(
+    status: int, kind: str, message: str, retry_after_s: int | None = None
+) -> JsonResponse:
     response = JsonResponse(
         {"error": {"message": message, "type": kind, "code": status}}, status=status
     )
     if status == 401:
         response["WWW-Authenticate"] = 'Bearer realm="shardboard"'
+    if retry_after_s is not None:
+        response["Retry-After"] = str(retry_after_s)
     return response
 
 

@@ -45,7 +45,7 @@ async def gateway(request: HttpRequest, kind: Kind) -> HttpResponseBase:
     try:
         exchange = await admit(request, kind, started_s)
     except AccessError as exc:
-        return error_response(exc.status, exc.kind, exc.message)
+        return error_response(exc.status, exc.kind, exc.message, exc.retry_after_s)
     recorder = Recorder(exchange)
     rated, slot = await _admit_in_redis(exchange)
     if rated is not None:

@@ -20,11 +20,15 @@ def deployments_usable(*, user: Any) -> QuerySet[Deployment]:
 
 
 def models_usable(*, user: Any) -> list[Deployment]:
-    """One running engine per deployment name: what the model lists and the playground show."""
+    """One running engine per deployment name: what the model lists and the playground show;
+    a sleeping or scaled-to-zero deployment too, since a request wakes it (gateway.wake)."""
     seen: dict[str, Deployment] = {}
     for d in deployments_usable(user=user):
         seen.setdefault(d.name, d)
-    return list(seen.values())
+    idle = Deployment.objects.filter(status__in=[Status.SLEEPING, Status.SCALED_TO_ZERO])
+    for d in idle.order_by("name", "replica_index"):
+        seen.setdefault(d.name, d)
+    return sorted(seen.values(), key=lambda d: d.name)
 
 
 def gateway_replicas(*, user: Any, name: str) -> tuple[Target, ...]:

@@ -70,9 +70,13 @@ def _engine_died(d: Deployment) -> None:
     sv.reap_children()
     how = diagnosis.exit_text(code, sig)
     said = "" if how in found.reason else f" ({how})"
-    restart_policy.engine_lost(
-        d, f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}", found
-    )
+    reason = f"The engine process exited unexpectedly{said}. {found.title}: {found.reason}"
+    if d.status == Status.SLEEPING:
+        # Its freed bytes may be leased to others by now: a restart would start an engine on
+        # memory it no longer holds, so it fails (leases released) and is launched again.
+        transitions.fail(d, f"{reason} It died asleep; launch it again.", found)
+    else:
+        restart_policy.engine_lost(d, reason, found)
     if d.pid:
         sv.forget_child(d.pid)
 
@@ -83,7 +87,9 @@ def _log_path(d: Deployment) -> Path | None:
 
 def check_once() -> None:
     ray_watch.check()  # before the engines: a lost node, not the engine it broke, is the reason
-    for d in _ours().filter(status__in=[Status.STARTING, Status.RUNNING]).exclude(pid=None):
+    # a sleeping engine's process is alive too: one that dies asleep is lost like any other
+    watched = [Status.STARTING, Status.RUNNING, Status.SLEEPING]
+    for d in _ours().filter(status__in=watched).exclude(pid=None):
         if not _alive(d):
             health.forget(d.pk)
             _engine_died(d)

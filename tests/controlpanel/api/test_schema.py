@@ -25,6 +25,7 @@ OPERATIONS = {
     ("get", "/api/v1/deployments/{pk}"),
     ("post", "/api/v1/deployments/{pk}/stop"),
     ("post", "/api/v1/deployments/{pk}/scale"),
+    ("put", "/api/v1/deployments/{pk}/idle"),
     ("get", "/api/v1/hosts"),
     ("get", "/api/v1/gpus"),
     ("get", "/api/v1/plan"),

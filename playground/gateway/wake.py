@@ -1,0 +1,104 @@
+"""Requests for an idle deployment: held while it wakes or starts, then served.
+
+The admission's one hook (`admission.replicas_for`) calls `touch` for every request (the last
+request time the host worker's idle check reads) and `held` when the name has no running
+replica. `held` asks for the wake once (deployments.lifecycle.idle.wake_for_request: only the
+first caller of all processes sends it) and waits, bounded by SHARDBOARD_WAKE_HOLD_S, until a
+replica runs; the requests of one process share one poll of the database. Past the bound the
+request gets a 503 with Retry-After, in OpenAI's error shape. The wait is in the request's
+time to first token, which the gateway measures from its arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from deployments.lifecycle.idle import wake_for_request
+from deployments.live.idle import LAST_TTL_S, TOUCH_EVERY_S, last_request_key
+from playground.gateway import dbwork
+from playground.gateway.access import AccessError
+from playground.gateway.limits import _client
+from playground.gateway.upstream import Target
+
+logger = logging.getLogger(__name__)
+
+POLL_S = 0.25  # how often the held requests of a process look for a running replica
+RETRY_AFTER_S = 5
+Load = Callable[[], Awaitable[tuple[Target, ...]]]
+
+_touched: dict[str, float] = {}  # name → when this process last wrote its last request time
+_polls: dict[str, asyncio.Task[tuple[Target, ...] | None]] = {}
+
+
+def touch(name: str) -> None:
+    """Record a request for `name` (at most once per TOUCH_EVERY_S per process), without
+    waiting: the write never delays the request."""
+    now_s = time.time()
+    if now_s - _touched.get(name, 0.0) < TOUCH_EVERY_S:
+        return
+    _touched[name] = now_s
+    task = asyncio.ensure_future(_client().set(last_request_key(name), repr(now_s), ex=LAST_TTL_S))
+    task.add_done_callback(_logged)
+
+
+def _logged(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and isinstance(task.exception(), RedisError | OSError):
+        logger.warning("last request time not recorded: %s", task.exception())
+
+
+async def held(name: str, refusal: AccessError, load: Load) -> tuple[Target, ...]:
+    """The running replicas of `name` once it woke; raises `refusal` when it is not asleep
+    (stopped, failed, starting on its own), a 503 when it cannot wake or takes too long."""
+    if refusal.status != 409:
+        raise refusal
+    reason = f"a request for {name} arrived"
+    answer = await dbwork.in_thread(partial(wake_for_request, name=name, reason=reason))
+    if not answer.asleep:
+        raise refusal
+    if answer.problem:
+        raise AccessError(
+            503, "deployment_waking", f"{name} cannot start now: {answer.problem}", RETRY_AFTER_S
+        )
+    hold_s = float(settings.SHARDBOARD_WAKE_HOLD_S)
+    loop = asyncio.get_running_loop()
+    deadline_s = loop.time() + hold_s
+    while (left_s := deadline_s - loop.time()) > 0:
+        poll = _polls.get(name)
+        if poll is None or poll.done():
+            poll = _polls[name] = asyncio.ensure_future(_poll(load, hold_s))
+        try:
+            found = await asyncio.wait_for(asyncio.shield(poll), timeout=left_s)
+        except TimeoutError:
+            break
+        if not found:
+            break  # the wake ended without a running replica (stopped, failed, blocked)
+        return found
+    raise AccessError(
+        503,
+        "deployment_waking",
+        f"{name} is waking up and was not ready within {hold_s:g} s "
+        "(SHARDBOARD_WAKE_HOLD_S); try again shortly",
+        RETRY_AFTER_S,
+    )
+
+
+async def _poll(load: Load, hold_s: float) -> tuple[Target, ...] | None:
+    """The running replicas as soon as there are any, or None after `hold_s`."""
+    loop = asyncio.get_running_loop()
+    deadline_s = loop.time() + hold_s
+    while loop.time() < deadline_s:
+        try:
+            return await load()
+        except AccessError as exc:
+            if exc.status != 409:  # stopped or gone meanwhile: no wake is coming
+                return None
+        await asyncio.sleep(POLL_S)
+    return None
