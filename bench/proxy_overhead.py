@@ -3,6 +3,7 @@
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
         [--tokens 64] [--interval-ms 5] [--server uvicorn|daphne] [--workers N] [--pin] \
         [--arrivals burst|staggered] [--levels 1,8,32]
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --peer [--runs 3]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --replicas \
         [--levels 1,8,32] [--blocks 7]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab \
@@ -29,6 +30,13 @@ rotated order, and each block gives each variant its server's CPU per request (o
 every thread, from /proc/PID/task/*/schedstat), Redis's, and its added TTFT p50 (against the
 direct run of the same block). Printed: the median over blocks and the spread (min–max).
 
+--peer (the default when bench/proxy_peer.py's virtualenv exists; --no-peer: without it): the
+same run also goes through vllm-router 0.1.17 (round robin over the same stand-in engine), and
+per level the blocks rotate direct, Shardboard, vllm-router. Printed per level: added TTFT p50
+and p90 over direct, throughput as % of direct, and the server's CPU per request (every
+Shardboard process, plus its private redis-server apart; the router's process). --runs N
+repeats the whole side-by-side N times with fresh processes and prints each run's table.
+
 --rate-limits: the gateway's per-token and per-user limits (gateway.ratelimit) switched on, so
 high that they never refuse: every request pays its Lua script in Redis and its tokens'
 charge. With --ab and no --variant: the same tree with them off against on.
@@ -48,7 +56,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import proxy_peer  # noqa: E402
 import proxy_replicas  # noqa: E402
+import proxy_sidebyside  # noqa: E402
 from proxy_client import Level, p, run_level, spread  # noqa: E402
 from proxy_procs import (  # noqa: E402  (bench/ is this script's own folder on sys.path)
     bench_env,
@@ -284,7 +294,19 @@ def main() -> int:
         action="store_true",
         help="the gateway's rate limits on, never biting (with --ab: off against on)",
     )
+    parser.add_argument(
+        "--peer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="vllm-router side by side (default: when its virtualenv exists; see above)",
+    )
+    parser.add_argument("--runs", type=int, default=1, help="side-by-side runs (--peer)")
     args = parser.parse_args()
+    plain = not (args.replicas or args.ab or args.pin or args.arrivals != "burst")
+    if args.peer or (args.peer is None and plain and proxy_peer.available()):
+        levels = [int(n) for n in (args.levels or "1,8,32").split(",")]
+        workers = args.workers or webserver.default_workers()
+        return proxy_sidebyside.main(args, levels, workers)
     if args.replicas:
         return proxy_replicas.main(args, [int(n) for n in (args.levels or "1,8,32").split(",")])
     if args.ab:
