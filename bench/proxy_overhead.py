@@ -257,7 +257,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--interval-ms", type=float, default=5.0)
-    parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    parser.add_argument(
+        "--server",
+        default="uvicorn",
+        help="uvicorn, daphne or granian (--peer: several, comma-separated, side by side)",
+    )
     parser.add_argument(
         "--pin",
         action="store_true",

@@ -93,18 +93,26 @@ def _row(name: str, streams: int, direct: Level, way: Level) -> Row:
 
 def one_run(args: argparse.Namespace, levels: list[int], workers: int) -> list[Row]:
     rounds = {c: args.rounds or ROUNDS.get(c, 3) for c in levels}
-    upstream_port, server_port, redis_port, router_port = (free_port() for _ in range(4))
+    upstream_port, redis_port, router_port = (free_port() for _ in range(3))
     with tempfile.TemporaryDirectory(prefix="proxy-peer-") as tmp:
         env = bench_env(Path(tmp))
         env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
         token = prepare_database(env, upstream_port)
         upstream = start_upstream(upstream_port, args.tokens, args.interval_ms)
         procs = [upstream, start_redis(redis_port, Path(tmp))]
+        redis_pid, base = procs[1].pid, "http://127.0.0.1"
+        auth = {"Authorization": f"Bearer {token}"}
+        ways = {"direct": Way(f"{base}:{upstream_port}{PATH}", {}, {"cpu": upstream.pid})}
         try:
-            procs.append(start_server(args.server, server_port, env, args.profile, workers))
-            for port in (upstream_port, redis_port, server_port):
+            for server in args.server.split(","):
+                port = free_port()
+                procs.append(start_server(server, port, env, args.profile, workers))
+                name = "shardboard" if "," not in args.server else f"shardboard-{server}"
+                pids = {"cpu": procs[-1].pid, "redis": redis_pid}
+                ways[name] = Way(f"{base}:{port}{PATH}", auth, pids)
                 wait_port(port)
-            base = "http://127.0.0.1"
+            for port in (upstream_port, redis_port):
+                wait_port(port)
             log = Path(tmp) / "vllm-router.log"
             procs.append(
                 proxy_peer.start_router(router_port, free_port(), [f"{base}:{upstream_port}"], log)
@@ -114,15 +122,7 @@ def one_run(args: argparse.Namespace, levels: list[int], workers: int) -> list[R
             except RuntimeError:
                 print(log.read_text()[-3000:])
                 raise
-            ways = {
-                "direct": Way(f"{base}:{upstream_port}{PATH}", {}, {"cpu": upstream.pid}),
-                "shardboard": Way(
-                    f"{base}:{server_port}{PATH}",
-                    {"Authorization": f"Bearer {token}"},
-                    {"cpu": procs[2].pid, "redis": procs[1].pid},
-                ),
-                "vllm-router": Way(f"{base}:{router_port}{PATH}", {}, {"cpu": procs[3].pid}),
-            }
+            ways["vllm-router"] = Way(f"{base}:{router_port}{PATH}", {}, {"cpu": procs[-1].pid})
             return asyncio.run(asyncio.wait_for(measure(ways, levels, rounds), 900))
         finally:
             for proc in procs:
