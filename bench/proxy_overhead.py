@@ -125,11 +125,13 @@ async def measure(
 
 @dataclass
 class Block:
-    """One variant in one block: CPU seconds per request (server, Redis), TTFT p50 added."""
+    """One variant in one block: CPU seconds per request (server, Redis), TTFT p50 added,
+    throughput as a share of direct's."""
 
     server_cpu_s: float
     redis_cpu_s: float
     added_ttft_s: float
+    throughput_ratio: float
 
 
 async def measure_ab(
@@ -161,7 +163,12 @@ async def measure_ab(
                 added = statistics.median(level.ttfts_s) - direct_p50
                 cpu = level.cpu_s
                 results[concurrency][name].append(
-                    Block(cpu["server"] / requests, cpu["redis"] / requests, added)
+                    Block(
+                        cpu["server"] / requests,
+                        cpu["redis"] / requests,
+                        added,
+                        level.throughput / direct.throughput,
+                    )
                 )
     return results
 
@@ -169,15 +176,19 @@ async def measure_ab(
 def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
     print(
         "| streams | variant | server CPU/request µs | Redis CPU/request µs "
-        "| added TTFT p50 ms | blocks |"
+        "| added TTFT p50 ms | throughput % of direct | blocks |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for concurrency, by_name in results.items():
         for name, blocks in by_name.items():
             server = spread([b.server_cpu_s for b in blocks], 1e6, ".0f")
             redis_cpu = spread([b.redis_cpu_s for b in blocks], 1e6, ".0f")
             added = spread([b.added_ttft_s for b in blocks], 1e3, "+.2f")
-            print(f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {len(blocks)} |")
+            ratio = spread([b.throughput_ratio for b in blocks], 100, ".1f")
+            print(
+                f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {ratio} "
+                f"| {len(blocks)} |"
+            )
 
 
 def parse_variants(specs: list[str]) -> dict[str, tuple[str | None, dict[str, str]]]:
