@@ -113,9 +113,10 @@ class Holds:
         self.replica: balance.Lease | None = None
 
     async def release(self) -> None:
-        if self.replica is not None:
-            await self.replica.release()
-        await self.slot.release()
+        if self.replica is None:
+            await self.slot.release()
+        else:
+            await balance.release_with_slot(self.replica, self.slot)
 
 
 def _retriable(exc: UpstreamError) -> bool:
