@@ -35,7 +35,8 @@ same run also goes through vllm-router 0.1.17 (round robin over the same stand-i
 per level the blocks rotate direct, Shardboard, vllm-router. Printed per level: added TTFT p50
 and p90 over direct, throughput as % of direct, and the server's CPU per request (every
 Shardboard process, plus its private redis-server apart; the router's process). --runs N
-repeats the whole side-by-side N times with fresh processes and prints each run's table.
+repeats the whole side-by-side N times with fresh processes and prints each run's table;
+--base REV adds Shardboard at git REV (a worktree, this tree's virtualenv) as a fourth way in.
 
 --rate-limits: the gateway's per-token and per-user limits (gateway.ratelimit) switched on, so
 high that they never refuse: every request pays its Lua script in Redis and its tokens'
@@ -316,6 +317,9 @@ def main() -> int:
         help="vllm-router side by side (default: when its virtualenv exists; see above)",
     )
     parser.add_argument("--runs", type=int, default=1, help="side-by-side runs (--peer)")
+    parser.add_argument(
+        "--base", metavar="REV", help="--peer: also Shardboard at git REV (a worktree) beside"
+    )
     args = parser.parse_args()
     plain = not (args.replicas or args.ab or args.pin or args.arrivals != "burst")
     if args.peer or (args.peer is None and plain and proxy_peer.available()):

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 import proxy_peer
 from proxy_client import Level, p, run_level
 from proxy_procs import (
+    ROOT,
     bench_env,
     free_port,
     prepare_database,
@@ -22,6 +24,7 @@ from proxy_procs import (
     start_server,
     start_upstream,
     wait_port,
+    worktree,
 )
 
 BLOCKS = 3
@@ -104,12 +107,15 @@ def one_run(args: argparse.Namespace, levels: list[int], workers: int) -> list[R
         auth = {"Authorization": f"Bearer {token}"}
         ways = {"direct": Way(f"{base}:{upstream_port}{PATH}", {}, {"cpu": upstream.pid})}
         try:
-            for server in args.server.split(","):
+            servers = [(server, ROOT, "") for server in args.server.split(",")]
+            if args.base:  # the same server from a worktree of that revision, beside this tree
+                servers += [(servers[0][0], worktree(args.base, Path(tmp)), f"@{args.base}")]
+            for server, cwd, rev in servers:
                 port = free_port()
-                procs.append(start_server(server, port, env, args.profile, workers))
+                procs.append(start_server(server, port, env, args.profile, workers, None, cwd))
                 name = "shardboard" if "," not in args.server else f"shardboard-{server}"
                 pids = {"cpu": procs[-1].pid, "redis": redis_pid}
-                ways[name] = Way(f"{base}:{port}{PATH}", auth, pids)
+                ways[name + rev] = Way(f"{base}:{port}{PATH}", auth, pids)
                 wait_port(port)
             for port in (upstream_port, redis_port):
                 wait_port(port)
@@ -128,6 +134,9 @@ def one_run(args: argparse.Namespace, levels: list[int], workers: int) -> list[R
             for proc in procs:
                 proc.terminate()
                 proc.wait(10)
+            if args.base:
+                tree = worktree(args.base, Path(tmp))
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)])
 
 
 def print_run(rows: list[Row]) -> None:
