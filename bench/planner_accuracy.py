@@ -43,6 +43,8 @@ def options(row: dict[str, str], models: Path) -> dict[str, Any]:
         "max_model_len": int(row["max_model_len"]),
         "gpu_memory_utilization": float(row["gmu"]),
         "block_size": int(row["block_size"]) if row["block_size"] else None,
+        # the project's cases only: a start-up that set --max-num-batched-tokens
+        "max_num_batched_tokens": int(row.get("max_num_batched_tokens") or 0) or None,
         "vllm_version": row["vllm_version"],
         "json": True,
     }

@@ -163,6 +163,10 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # after Celery's default of 100 reconnection attempts and leave them unwatched.
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 4 * 3600}
+# The same Redis transport, guarded so a Redis outage during a task in hand does not end the
+# host worker (controlpanel/brokertransport.py says why). Only for redis:// and rediss://.
+if REDIS_URL.split("://", 1)[0] in ("redis", "rediss"):
+    CELERY_BROKER_TRANSPORT = "controlpanel.brokertransport:Transport"
 
 SHARDBOARD_HOST_NAME = env.env_str("SHARDBOARD_HOST_NAME", socket.gethostname())
 SHARDBOARD_VLLM_BIN = env.env_str("SHARDBOARD_VLLM_BIN", "vllm")
@@ -173,6 +177,9 @@ SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, 
 # given to finish the streams it holds (deployments.live.drain); 0: no wait.
 SHARDBOARD_DRAIN_GRACE_S = env.env_float("SHARDBOARD_DRAIN_GRACE_S", 60, low=0, high=3600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
+# The planner's correction learned per (GPU model, vLLM version) from recorded starts
+# (deployments.catalog.corrections); off: every plan is the planner's alone.
+SHARDBOARD_PLANNER_CORRECTION = env.env_bool("SHARDBOARD_PLANNER_CORRECTION", True)
 # A model over several hosts runs on a Ray cluster of its own (deployments.host.ray):
 # `ray` must be the one of vLLM's environment (empty: the `ray` next to SHARDBOARD_VLLM_BIN);
 # each node takes a block of ports from this range (open it between the hosts); the node

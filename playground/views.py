@@ -23,8 +23,11 @@ from playground.token_forms import TokenForm
 def playground_index(request: HttpRequest) -> HttpResponse:
     user = request.user
     runs = [selectors.run_payload(run) for run in selectors.runs_of(user=user)]
+    usable = targets.models_usable(user=user)
     context = {
-        "deployments": targets.models_usable(user=user),
+        # the playground chats and completes: an embedding model is named, not offered
+        "deployments": [d for d in usable if not d.embeds],
+        "embedding_deployments": [d for d in usable if d.embeds],
         "tokens": list(selectors.tokens_of(user=user)),
         "runs": runs,
         "max_tokens_cap": settings.PLAYGROUND_MAX_TOKENS,

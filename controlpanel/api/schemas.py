@@ -121,6 +121,9 @@ class PlanQuery(Schema):
     replicas: str = Field("", max_length=6, description="a number, or max")
     tensor_parallel_size: int | None = Field(None, ge=1, le=64)
     pipeline_parallel_size: int | None = Field(None, ge=1, le=64)
+    learned_correction: Literal["on", "off"] | None = Field(
+        None, description="off: without the correction learned from the fleet's recorded starts"
+    )
     # A GGUF reference (org/repo:QUANT, local:<root>/<file>.gguf) is planned for llama.cpp
     # with these instead; the vLLM fields above are ignored for it.
     context_tokens: int | None = Field(None, ge=1, le=1 << 24, description="GGUF: -c")

@@ -11,7 +11,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from deployments.planning import SafetensorsSummary, with_hf_quant_config
+from deployments.planning import (
+    ModelSpec,
+    SafetensorsSummary,
+    with_hf_quant_config,
+)
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # the largest real config.json is a few hundred KiB
@@ -117,6 +121,29 @@ def index_total_bytes(path: Path) -> int | None:
     data = read_config_like(path)
     size = (data.get("metadata") or {}).get("total_size")
     return int(size) if isinstance(size, int | float) else None
+
+
+def folder_spec(folder: Path) -> ModelSpec:
+    """The planner's ModelSpec of a local folder: config.json, the safetensors headers, and a
+    sentence-transformers model's modules.json, Pooling config and sentence_bert_config.json,
+    which make vLLM serve it with the pooling runner (planning.model.pooling)."""
+    from deployments.catalog.hub.sentence_tf import read_files, spec_kwargs
+
+    config, summary = read_model_folder(folder)
+    names = {str(p.relative_to(folder)) for p in folder.glob("*.json")}
+    names |= {str(p.relative_to(folder)) for p in folder.glob("*/config.json")}
+    st = read_files(names, lambda name: _read_any_json(folder / name))
+    return ModelSpec.from_config(config, safetensors=summary, name=folder.name, **spec_kwargs(st))
+
+
+def _read_any_json(path: Path) -> Any:
+    """A small JSON file of the folder (a list or an object); ModelFilesError if unreadable."""
+    try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ModelFilesError(f"{path}: implausibly large")
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFilesError(f"{path}: unreadable JSON ({exc})") from None
 
 
 def read_config_like(path: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from deployments import planning
 from deployments.catalog import gguf_cli
-from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+from deployments.catalog.modelfiles import ModelFilesError, folder_spec
 from deployments.handoff import snapshot
 from deployments.planning.units import GIB
 
@@ -146,8 +146,7 @@ def load_model(ref: str) -> planning.ModelSpec:
     """A local folder, else a Hub id through the project's hub client."""
     folder = Path(ref).expanduser()
     if folder.is_dir():
-        config, summary = read_model_folder(folder)
-        return planning.ModelSpec.from_config(config, safetensors=summary, name=folder.name)
+        return folder_spec(folder)
     if ref.count("/") != 1 or ref.startswith((".", "/", "~")):
         raise PlanCliError(f"{ref}: no such model folder")
     return _hub_model(ref)

@@ -67,10 +67,30 @@ def plan_panel(
         payload["plan"]["layer_notes"] = list(
             planning.layer_notes(spec, tp=chosen.tensor_parallel_size)
         )
+        payload["plan"].update(model_kind(spec))
+        if spec.encoder_only:  # vLLM keeps no KV cache for it: no KV rows to show
+            chart = payload["plan"]["chart"]
+            chart["parts"] = [part for part in chart["parts"] if part["name"] != "KV cache"]
         if not ok:
             payload["error"] = no_fit_message(chosen, spec, req)
     payload["server_ms"] = round((time.perf_counter() - started) * 1000, 2)
     return payload, ok
+
+
+def model_kind(spec: planning.ModelSpec) -> dict[str, Any]:
+    """What kind of model the plan serves, in words, and whether it has a KV cache at all."""
+    pooling = spec.pooling
+    if pooling is None:
+        return {"model_kind": "", "no_kv": False}
+    how = (
+        "an encoder: no KV cache"
+        if pooling.encoder_only
+        else "a decoder: its KV cache as vLLM sizes it"
+    )
+    return {
+        "model_kind": f"{pooling.label} ({how}; vLLM --runner pooling)",
+        "no_kv": pooling.encoder_only,
+    }
 
 
 def clip_offer(result: planning.PlanResult) -> dict[str, Any] | None:
@@ -279,6 +299,7 @@ def launch_fields(
         # as many as fit is what the panel shows by default; a launch takes them only if asked
         "replicas": text(req.replicas or 1),
         "placement": req.placement,
+        "learned_correction": "on" if req.learned_correction else "off",
     }
 
 

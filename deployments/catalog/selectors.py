@@ -13,6 +13,7 @@ from typing import Any
 from deployments import planning
 from deployments.catalog import local
 from deployments.catalog.hub import HubClient, ModelCard, ModelSummary, SearchPage
+from deployments.catalog.hub.sentence_tf import spec_kwargs
 from deployments.catalog.hubaccess import hub_client
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, local_ref
 from deployments.handoff import sealed
@@ -143,7 +144,12 @@ def spec_from_card(card: ModelCard) -> planning.ModelSpec:
     counts = dict(card.parameters_by_dtype)
     summary = planning.SafetensorsSummary(counts) if counts else None
     try:
-        return planning.ModelSpec.from_config(card.config, safetensors=summary, name=card.repo_id)
+        return planning.ModelSpec.from_config(
+            card.config,
+            safetensors=summary,
+            name=card.repo_id,
+            **spec_kwargs(card.sentence_transformers),
+        )
     except planning.PlanningError as exc:
         raise ModelSourceError(f"{card.repo_id}: {exc}") from exc
 

@@ -93,22 +93,32 @@ def load_spec(source: ModelSource, *, token: str | None = None) -> ModelSpec:
     summary = (
         SafetensorsSummary(dict(card.parameters_by_dtype)) if card.parameters_by_dtype else None
     )
-    return _spec(card.config, summary, source.ref)
+    return _spec(card.config, summary, source.ref, card.sentence_transformers)
 
 
 def _local_spec(folder: Path) -> ModelSpec:
-    from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
+    from deployments.catalog.modelfiles import ModelFilesError, folder_spec
 
     try:
-        config, summary = read_model_folder(folder)
+        return folder_spec(folder)
     except ModelFilesError as exc:
         raise ModelSourceError(str(exc)) from exc
-    return _spec(config, summary, folder.name)
+    except PlanningError as exc:
+        raise ModelSourceError(f"{folder.name}: {exc}") from exc
 
 
-def _spec(config: dict[str, Any], summary: SafetensorsSummary | None, name: str) -> ModelSpec:
+def _spec(
+    config: dict[str, Any],
+    summary: SafetensorsSummary | None,
+    name: str,
+    sentence_transformers: dict[str, Any] | None = None,
+) -> ModelSpec:
+    from deployments.catalog.hub.sentence_tf import spec_kwargs
+
     try:
-        return ModelSpec.from_config(config, safetensors=summary, name=name)
+        return ModelSpec.from_config(
+            config, safetensors=summary, name=name, **spec_kwargs(sentence_transformers)
+        )
     except PlanningError as exc:
         raise ModelSourceError(f"{name}: {exc}") from exc
 

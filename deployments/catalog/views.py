@@ -18,6 +18,7 @@ from deployments.catalog import cache_services, commands, gguf_selectors
 from deployments.catalog import plan_panel as panel
 from deployments.catalog import plan_targets as targets
 from deployments.catalog import selectors as sel
+from deployments.catalog.corrections import fleet_corrections
 from deployments.catalog.hub import HubError, HubGatedError, HubUnavailableError
 from deployments.catalog.hub.cards import SORTS
 from deployments.catalog.sources import ModelSource, ModelSourceError, resolve_source
@@ -90,6 +91,8 @@ class PlanForm(forms.Form):
     gpu_memory_utilization = forms.FloatField(required=False, min_value=0.05, max_value=1.0)
     tensor_parallel_size = forms.IntegerField(required=False, min_value=1, max_value=64)
     pipeline_parallel_size = forms.IntegerField(required=False, min_value=1, max_value=64)
+    # "off": this plan without the correction learned from the fleet's starts (corrections.py)
+    learned_correction = forms.ChoiceField(required=False, choices=[("on", "on"), ("off", "off")])
 
     def plan_request(self, source: ModelSource) -> planning.PlanRequest:
         data = self.cleaned_data
@@ -108,6 +111,8 @@ class PlanForm(forms.Form):
             goal=data["goal"] or "balanced",
             replicas=_replicas(data["replicas"]),
             placement=data["placement"] or "spread",
+            corrections=fleet_corrections(),
+            learned_correction=data["learned_correction"] != "off",
         )
 
     def plan(self, session: Any, hosts: Sequence[str] = ()) -> tuple[dict[str, Any], bool]:

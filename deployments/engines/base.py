@@ -44,6 +44,8 @@ class LaunchSpec:
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
     enforce_eager: bool = False
+    runner: str | None = None  # "pooling": an embedding/classification model (vLLM --runner)
+    convert: str | None = None  # vLLM --convert embed|classify
     spans_hosts: bool = False  # one model over several hosts: vLLM's Ray executor
     ray_address: str | None = None  # ``ip:port`` of the deployment's Ray head (spans_hosts)
     node_address: str | None = None  # this host's IP in that cluster (spans_hosts)
@@ -85,6 +87,7 @@ class EngineCommand:
     request_model: str | None  # the "model" field for API requests; None: omit it
     supports_api_key: bool
     warnings: tuple[str, ...] = ()
+    embeds: bool = False  # a pooling model: the smoke test asks /v1/embeddings, not completions
 
     @property
     def masked_argv(self) -> tuple[str, ...]:

@@ -67,6 +67,13 @@ class TransformersAdapter(ExternalCommand):
 
 def _check(spec: LaunchSpec) -> None:
     check_common(spec)
+    if spec.runner == "pooling":
+        # transformers 5.23 routes chat, completions, responses, systemone and transcriptions
+        # only (cli/serving/server.py:106-146): no /v1/embeddings to serve the model with.
+        raise UnsupportedSpec(
+            "transformers serve cannot serve an embedding model (it has no /v1/embeddings "
+            "route): launch it on vLLM"
+        )
     if spec.tensor_parallel_size != 1 or spec.pipeline_parallel_size != 1 or spec.spans_hosts:
         raise UnsupportedSpec("transformers serve runs one process: TP and PP must be 1")
     if spec.device == "cuda" and len(spec.gpu_indices) != 1:

@@ -55,6 +55,7 @@ class VllmAdapter(ExternalCommand):
             request_model=served,
             supports_api_key=True,
             warnings=_warnings(spec),
+            embeds=spec.runner == "pooling",
         )
 
     def argv(self, spec: LaunchSpec, *, listen: bool = True) -> tuple[str, ...]:
@@ -84,6 +85,8 @@ def _optional_flags(spec: LaunchSpec) -> list[str]:
         ("--kv-cache-dtype", spec.kv_cache_dtype),
         ("--decode-context-parallel-size", spec.decode_context_parallel_size),
         ("--block-size", spec.block_size),
+        ("--runner", spec.runner),  # vllm/config/model.py:163-170 (0.33)
+        ("--convert", spec.convert),
     ]
     return [part for flag, value in pairs if value is not None for part in (flag, _text(value))]
 

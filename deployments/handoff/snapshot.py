@@ -35,6 +35,7 @@ _FIGURE_KEYS = (
     "gpu_total_bytes",
     "budget_bytes",
     "free_bytes",
+    "correction_bytes",
 )
 
 
@@ -78,6 +79,7 @@ class GpuFigures:
     gpu_total_bytes: int = 0
     budget_bytes: int = 0
     free_bytes: int = 0
+    correction_bytes: int = 0  # of non_torch_bytes: the fleet-learned correction applied
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,10 @@ class EngineArgs:
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
     enforce_eager: bool = False
+    # vLLM's pooling runner (an embedding/classification model); None on generative rows and
+    # on rows written before (version 2 stays readable: absent keys take these defaults)
+    runner: str | None = None
+    convert: str | None = None
     spans_hosts: bool = False  # vLLM's Ray executor places the stages on several hosts
     # llama-server's placement (engines.llamacpp); None: the adapter's rule, () for an even -ts
     n_gpu_layers: int | None = None
@@ -141,6 +147,11 @@ class PlanSnapshot:
         return tuple(g.index for g in self.gpus[0]) if self.gpus else ()
 
     @property
+    def embeds(self) -> bool:
+        """The deployment serves embeddings (vLLM's pooling runner), not generation."""
+        return self.engine_args.runner == "pooling"
+
+    @property
     def context_clipped(self) -> bool:
         """Serves a shorter context than was asked for."""
         return 0 < (self.engine_args.max_model_len or 0) < self.requested_max_model_len
@@ -168,6 +179,8 @@ class PlanSnapshot:
             "decode_context_parallel_size": e.decode_context_parallel_size,
             "block_size": e.block_size,
             "enforce_eager": e.enforce_eager,
+            "runner": e.runner,
+            "convert": e.convert,
             "spans_hosts": e.spans_hosts,
             **{name: getattr(e, name) for name in LLAMACPP_ARGS},
         }

@@ -110,6 +110,7 @@ def _planned(plan: PlanSnapshot) -> dict[str, object]:
         "planned_kv_tokens": plan.kv_cache_tokens,
         "planned_kv_bytes": first.kv_cache_bytes if known else None,
         "planned_cuda_graph_bytes": first.cuda_graph_bytes if known else None,
+        "planned_correction_bytes": first.correction_bytes,
     }
 
 

@@ -312,6 +312,7 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
         command.base_url,
         command.request_model,
         d.engine_api_key() if command.supports_api_key else None,
+        embeds=command.embeds,
     )
     if not smoke.ok:
         return _failed_start(d, engine, f"the engine answered the smoke test badly: {smoke.reason}")

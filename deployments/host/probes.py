@@ -108,15 +108,20 @@ def smoke_test(
     timeout_s: float = 60.0,
     max_tokens: int = 8,
     prompt: str = SMOKE_PROMPT,
+    embeds: bool = False,
 ) -> SmokeResult:
-    """One short completion; any non-error answer passes (the demo model answers nonsense)."""
+    """One short completion; any non-error answer passes (the demo model answers nonsense).
+    An embedding model (``embeds``) is asked for one embedding instead: vLLM's pooling runner
+    serves no completions."""
     body: dict[str, object] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0}
+    if embeds:
+        body = {"input": prompt}
     if model_name is not None:
         body["model"] = model_name
     start = time.monotonic()
     try:
         response = httpx.post(
-            f"{base_url}/v1/completions",
+            f"{base_url}/v1/{'embeddings' if embeds else 'completions'}",
             json=body,
             headers=_auth_headers(api_key),
             timeout=timeout_s,
@@ -128,11 +133,20 @@ def smoke_test(
         reason = f"HTTP {response.status_code}: {response.text[:300]}"
         return SmokeResult(False, "", reason, elapsed_s, response.status_code)
     try:
-        text = completion_text(response)
+        text = embedding_text(response) if embeds else completion_text(response)
     except (ValueError, AttributeError) as error:
         reason = f"the answer is not a completion ({error}): {response.text[:300]}"
         return SmokeResult(False, "", reason, elapsed_s, response.status_code)
     return SmokeResult(True, text, "answered", elapsed_s, response.status_code)
+
+
+def embedding_text(response: httpx.Response) -> str:
+    """ "N dimensions" of the first embedding; a ValueError when there is none."""
+    data = response.json().get("data")
+    vector = data[0].get("embedding") if isinstance(data, list) and data else None
+    if not isinstance(vector, list) or not vector:
+        raise ValueError("no embedding in the answer")
+    return f"an embedding of {len(vector)} dimensions"
 
 
 def completion_text(response: httpx.Response) -> str:

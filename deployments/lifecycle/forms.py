@@ -75,6 +75,11 @@ class LaunchForm(forms.Form):
         label="Further hosts",
         help_text="one replica over these hosts too (pipeline stages across them, vLLM on Ray)",
     )
+    learned_correction = forms.ChoiceField(
+        choices=[("on", "Applied where the fleet learned one"), ("off", "Off")],
+        required=False,
+        label="Planner correction learned from recorded starts",
+    )
     auto_restart = forms.ChoiceField(
         choices=[("", "Server default"), ("on", "On"), ("off", "Off")],
         required=False,
@@ -134,6 +139,7 @@ class LaunchForm(forms.Form):
                 gpu_memory_utilization=data["gpu_memory_utilization"],
                 concurrency=data["concurrency"],
                 placement=data["placement"] or "spread",
+                learned_correction=data["learned_correction"] != "off",
             ),
             replicas=data["replicas"],
             hosts=tuple(data.get("hosts") or ()),

@@ -149,6 +149,7 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "audit": audit[:20],
         "diagnosis": deployment.diagnosis or None,
         "plan_figures": plan_figures(deployment.snapshot),
+        "plan_kind": plan_kind(deployment.snapshot),
         "log": log_panel(deployment),
         "steps": launch_steps(deployment),
     }
@@ -183,4 +184,13 @@ def plan_figures(plan: PlanSnapshot) -> dict[str, str]:
     return {
         "kv_cache_tokens": "?" if tokens is None else f"{int(tokens):,}",
         "max_concurrency": "?" if concurrency is None else concurrency_text(float(concurrency)),
+    }
+
+
+def plan_kind(plan: PlanSnapshot) -> dict[str, str]:
+    """An embedding model's kind in words, and "yes" when it keeps no KV cache (an encoder:
+    0 tokens planned); empty strings for a generative model."""
+    return {
+        "kind": "embedding model" if plan.embeds else "",
+        "no_kv": "yes" if plan.embeds and plan.kv_cache_tokens == 0 else "",
     }

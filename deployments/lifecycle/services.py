@@ -18,6 +18,7 @@ from django.http import HttpRequest
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role, has_role
 from deployments import planning
+from deployments.catalog.corrections import fleet_corrections
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
@@ -91,6 +92,7 @@ def choose_plan(
         model=source.engine_model,
         revision=source.revision,
         replicas=request.replicas,
+        corrections=fleet_corrections(),
     )
     try:
         result = planning.plan(spec, inventory, plan_request)
@@ -178,10 +180,13 @@ def deployment_create(
     overrides: dict[str, Any] = {
         k: v
         for k, v in asdict(request.plan_request).items()
-        # model and revision are columns of the row; replicas is the launch's own
-        if v is not None and k not in ("model", "revision", "replicas")
+        # model and revision are columns of the row; replicas is the launch's own; the
+        # corrections are learned again from the fleet's starts at each plan
+        if v is not None and k not in ("model", "revision", "replicas", "corrections")
     }
     overrides["replicas"] = "max" if request.replicas is None else request.replicas
+    if overrides.get("learned_correction") is True:
+        del overrides["learned_correction"]  # the default: kept only when switched off
     auto_restart = (
         settings.SHARDBOARD_AUTO_RESTART if request.auto_restart is None else request.auto_restart
     )
@@ -209,6 +214,12 @@ def deployment_create(
             lead = spanned_hosts(plan, host)[0]
             # only vLLM's Ray executor runs one model over several hosts
             engine = Engine.VLLM if plan.multi_host else _engine_for(request, lead, source)
+        if engine == Engine.TRANSFORMERS and placed[1].embeds:
+            # transformers 5.23's server routes no /v1/embeddings (cli/serving/server.py)
+            raise DeploymentError(
+                f"{source.ref} is an embedding model: transformers serve cannot serve it (it "
+                "has no /v1/embeddings route). Launch it on vLLM, on a GPU host."
+            )
         try:
             return _create(user, name, lead, source, engine, placed, options, http_request)
         except ReservationConflict:

@@ -164,6 +164,11 @@ class Deployment(models.Model):
         return PlanSnapshot.from_json(self.plan)
 
     @property
+    def embeds(self) -> bool:
+        """An embedding/classification model (vLLM's pooling runner): no chat, no completions."""
+        return self.snapshot.embeds
+
+    @property
     def planned_argv(self) -> tuple[str, ...]:
         """The engine command the plan stands for, as a user would run it (no secrets)."""
         try:

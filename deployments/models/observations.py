@@ -47,6 +47,9 @@ class StartObservation(models.Model):
     planned_kv_tokens = models.BigIntegerField(null=True, blank=True)
     planned_kv_bytes = models.BigIntegerField(null=True, blank=True)
     planned_cuda_graph_bytes = models.BigIntegerField(null=True, blank=True)
+    planned_correction_bytes = models.BigIntegerField(
+        default=0, help_text="the learned correction the plan applied per GPU (planning)"
+    )
     measured_weights_bytes = models.BigIntegerField(null=True, blank=True)
     measured_kv_tokens = models.BigIntegerField(null=True, blank=True)
     measured_kv_bytes = models.BigIntegerField(null=True, blank=True)

@@ -16,6 +16,10 @@ values in. The entry points, each documented where it is defined:
 - ``result_to_json`` (the ``plan --json`` contract), ``plan_to_json``, ``plan_details``.
 - ``share_lines``: what a plan reserves of each GPU and leaves free for other deployments;
   with a load stated (``PlanRequest.concurrency``, ``sizes_share``) the utilization is sized.
+- ``learn_correction``: a per-(GPU model, vLLM version) ``Correction`` from the residuals of
+  recorded starts; handed back in ``PlanRequest.corrections`` (memory/correction.py).
+- ``PoolingSpec`` (``ModelSpec.pooling``): an embedding or classification model, served by
+  vLLM's pooling runner; an encoder keeps no KV cache (model/pooling.py).
 - ``format_notes``: how a model's weights are stored unlike a dense 16-bit transformer.
 - ``with_hf_quant_config``: config.json with a ModelOpt checkpoint's hf_quant_config.json.
 - llama.cpp (GGUF): ``gguf_spec`` (header key/values + ``GgufTensor``s → ``GgufSpec``),
@@ -34,6 +38,8 @@ root's ``errors`` and ``units`` lie under all four.
 
 from .errors import InventorySpecError, ModelSpecError, PlanningError
 from .fleet.inventory import Gpu, Host, Inventory, parse_gpus
+from .memory.correction import Correction
+from .memory.correction import learn as learn_correction
 from .memory.kvcache import kv_bytes_per_token
 from .memory.kvnotes import layer_notes
 from .memory.layout import GpuMemory, LayoutMemory, evaluate_layout
@@ -42,6 +48,7 @@ from .memory.settings import Settings
 from .memory.versions import DEFAULT_VLLM_VERSION
 from .model.formatnotes import format_notes
 from .model.gguf import GgufSpec, GgufTensor, gguf_spec
+from .model.pooling import ST_POOLING_TYPES, PoolingSpec
 from .model.quant import with_hf_quant_config
 from .model.spec import MlaSpec, ModelSpec, MoeSpec, SafetensorsSummary
 from .search.llamacpp import LlamaCppPlan, LlamaCppRequest, one_machine, plan_llamacpp
@@ -73,6 +80,8 @@ __all__ = [
     "DEFAULT_VLLM_VERSION",
     "GOALS",
     "PLACEMENTS",
+    "ST_POOLING_TYPES",
+    "Correction",
     "DeviceMemory",
     "GgufSpec",
     "GgufTensor",
@@ -94,6 +103,7 @@ __all__ = [
     "PlanRequest",
     "PlanResult",
     "PlanningError",
+    "PoolingSpec",
     "SafetensorsSummary",
     "Settings",
     "estimate_layout",
@@ -101,6 +111,7 @@ __all__ = [
     "gguf_spec",
     "kv_bytes_per_token",
     "layer_notes",
+    "learn_correction",
     "one_machine",
     "parse_gpus",
     "plan",

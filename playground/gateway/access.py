@@ -95,7 +95,12 @@ def authenticate(request: HttpRequest, *, csrf: bool = True) -> Caller:
 def bearer_credential(request: HttpRequest) -> str | None:
     # META, not request.headers: that builds a dict of every header, per request (profiled)
     scheme, _, credential = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    return credential.strip() if scheme.lower() == "bearer" else None
+    if scheme.lower() == "bearer":
+        return str(credential).strip()
+    # Anthropic's clients send their key as `x-api-key` (a header no browser adds on its own,
+    # so it needs no CSRF check either).
+    key: str = request.META.get("HTTP_X_API_KEY", "")
+    return key.strip() or None
 
 
 def _caller(request: HttpRequest, *, csrf: bool) -> Caller:

@@ -15,7 +15,7 @@ from django.http import HttpRequest
 
 from controlpanel.audit import client_ip
 from playground import tokens
-from playground.gateway import dbwork, ratelimit, rows
+from playground.gateway import dbwork, protocols, ratelimit, response_routes, rows
 from playground.gateway.access import (
     AccessError,
     Caller,
@@ -54,7 +54,7 @@ class Exchange:
     caller: Caller
     call: GatewayCall
     target: Target  # the replica answering (the first until the balancer chose)
-    length: LengthCap
+    length: LengthCap | None  # None: the path generates nothing (embeddings, count_tokens)
     from_playground: bool
     ip: str | None
     started_s: float
@@ -68,6 +68,13 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
     try:
         call, length = capped_call(request_body(request), kind)
         replicas = await replicas_for(caller, call.model)
+        unserved = protocols.unserved(kind, replicas[0].engine)
+        if unserved is not None:
+            raise AccessError(400, "unsupported_endpoint", f"{call.model!r}: {unserved}")
+        if call.protocol.keeps_responses:  # a continuation goes where its history is kept
+            replicas = await response_routes.pinned(
+                user_id=caller.user.pk, body=call.body, replicas=replicas
+            )
     except AccessError as exc:
         refusal = dbwork.submit(_audit_refusal, caller, exc, client_ip(request), urgent=True)
         await dbwork.wait(refusal)
@@ -92,7 +99,7 @@ def request_body(request: HttpRequest) -> bytes:
     return raw
 
 
-def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap]:
+def capped_call(raw: bytes, kind: Kind) -> tuple[GatewayCall, LengthCap | None]:
     try:
         call = parse_call(raw, kind, max_choices=settings.PLAYGROUND_MAX_CHOICES)
         body, length = cap_length(call, settings.PLAYGROUND_MAX_TOKENS)

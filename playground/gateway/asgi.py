@@ -32,10 +32,11 @@ from django.utils.log import log_response
 
 from controlpanel.bodylimit import declared_length
 from playground.gateway import gate
-from playground.gateway.errors import body_too_large
+from playground.gateway.errors import body_too_large, in_anthropic_shape
 
 logger = logging.getLogger(__name__)
 PREFIX = "/v1/"
+ANTHROPIC_PREFIX = "/v1/messages"  # its refusals in Anthropic's error shape
 URLCONF = "playground.gateway.urls"
 
 
@@ -70,7 +71,7 @@ class GatewayHandler(ASGIHandler):
         """
         limit = settings.PLAYGROUND_MAX_BODY_BYTES
         if (declared_length(scope) or 0) > limit:
-            await self._refuse(body_too_large(limit), send)
+            await self._refuse(body_too_large(limit), send, scope)
             return
         prefix = get_script_prefix(scope)  # "" without a root path (uvicorn's default)
         if prefix not in ("", "/"):  # a task starts with "/"; setting it costs asgiref's Local
@@ -87,7 +88,7 @@ class GatewayHandler(ASGIHandler):
         try:
             refusal = await self._before_body(request, scope, receive, body_file)
             if refusal is not None:
-                await self._refuse(refusal, send)
+                await self._refuse(refusal, send, scope)
                 return
             response = await self._respond_until_disconnect(request, receive, send)
         except RequestAborted:
@@ -112,8 +113,10 @@ class GatewayHandler(ASGIHandler):
                 return refusal
         return await gate.read_body_into(receive, body_file, settings.PLAYGROUND_MAX_BODY_BYTES)
 
-    async def _refuse(self, response: HttpResponseBase, send: Any) -> None:
+    async def _refuse(self, response: HttpResponseBase, send: Any, scope: dict[str, Any]) -> None:
         """Answer without the body: the server discards what the client still sends."""
+        if scope["path"].removeprefix(scope.get("root_path", "")).startswith(ANTHROPIC_PREFIX):
+            response = in_anthropic_shape(response)
         await self.send_response(_secured(response), send)
         _close_resources(response)
 

@@ -90,6 +90,24 @@ async def post(
     return Answer(response)
 
 
+async def get(
+    url: URL,
+    headers: dict[str, str],
+    *,
+    connect_timeout_s: float | None,
+    read_timeout_s: float | None,
+) -> Answer:
+    """A GET of `url` (a follow-up of a kept response); the answer, its head read."""
+    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=read_timeout_s)
+    try:
+        response = await shared_session().get(
+            url, headers=headers, timeout=timeout, allow_redirects=False
+        )
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise io_error(exc) from exc
+    return Answer(response)
+
+
 @functools.lru_cache(maxsize=16)
 def _timeout(connect_s: float | None, read_s: float | None) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, connect=connect_s, sock_read=read_s)

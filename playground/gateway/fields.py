@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Literal
 
-Kind = Literal["chat", "completion"]
+Kind = Literal["chat", "completion", "responses", "messages", "count_tokens", "embeddings"]
 MAX_DEPTH = 64  # JSON nesting: a tool's schema is a dozen levels, not hundreds
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs; it refuses more itself, after the queue
 MAX_STOPS = 16
@@ -138,9 +138,101 @@ _COMPLETION: dict[str, Check] = {
     "echo": _boolean,
     "suffix": _text,
 }
+# The other protocols' request fields, from vLLM 0.33's protocol classes (cited per table), less
+# the same kind of fields as above: the chat template's arguments, KV/EC transfer, vllm_xargs,
+# priority, request ids, multimodal processor arguments, cache salts, watermarking.
+# vllm/entrypoints/openai/responses/protocol.py:246-370 (ResponsesRequest).
+_RESPONSES: dict[str, Check] = {
+    "model": _text,
+    "input": _anything,
+    "instructions": _text,
+    "max_output_tokens": _anything,  # capped by payload.cap_length
+    "max_tool_calls": _between(0, MAX_LIST_ITEMS),
+    "metadata": _object,
+    "parallel_tool_calls": _boolean,
+    "previous_response_id": _text,
+    "prompt": _object,
+    "reasoning": _object,
+    "include": _anything,
+    "include_reasoning": _boolean,
+    "background": _boolean,
+    "service_tier": _text,
+    "store": _boolean,
+    "stream": _boolean,
+    "temperature": _number,
+    "text": _object,
+    "tool_choice": _choice,
+    "tools": _anything,
+    "top_logprobs": _between(0, MAX_LOGPROBS),
+    "top_p": _number,
+    "top_k": _integer,
+    "min_p": _number,
+    "truncation": _text,
+    "user": _text,
+    "prompt_cache_key": _text,
+    "safety_identifier": _text,
+    "skip_special_tokens": _boolean,
+    "spaces_between_special_tokens": _boolean,
+    "include_stop_str_in_output": _boolean,
+    "presence_penalty": _number,
+    "frequency_penalty": _number,
+    "repetition_penalty": _number,
+    "seed": _integer,
+    "stop": _stop,
+    "stop_token_ids": _token_ids,
+    "ignore_eos": _boolean,
+    "logit_bias": _logit_bias,
+    "structured_outputs": _object,
+}
+# vllm/entrypoints/anthropic/protocol.py:438-446 (AnthropicCountTokensRequest)
+_COUNT_TOKENS: dict[str, Check] = {
+    "model": _text,
+    "messages": _anything,
+    "system": _anything,  # a string or content blocks
+    "output_config": _object,
+    "thinking": _object,
+    "tool_choice": _object,
+    "tools": _anything,
+}
+# vllm/entrypoints/anthropic/protocol.py:240-258 (AnthropicMessagesRequest)
+_MESSAGES: dict[str, Check] = _COUNT_TOKENS | {
+    "max_tokens": _anything,  # capped by payload.cap_length
+    "metadata": _object,
+    "stop_sequences": _stop,
+    "stream": _boolean,
+    "temperature": _number,
+    "top_k": _integer,
+    "top_p": _number,
+}
+# vllm/entrypoints/pooling/embed/protocol.py:35 (EmbeddingCompletionRequest) and its mixins in
+# vllm/entrypoints/pooling/base/protocol.py:35-42,212-218,320-361
+_EMBEDDINGS: dict[str, Check] = {
+    "model": _text,
+    "input": _anything,
+    "user": _text,
+    "encoding_format": _text,
+    "dimensions": _between(1, 2**31 - 1),
+    "truncate_prompt_tokens": _between(-1, 2**31 - 1),
+    "add_special_tokens": _boolean,
+    "embed_dtype": _text,
+    "endianness": _text,
+    "use_activation": _boolean,
+}
 FIELDS: dict[Kind, dict[str, Check]] = {
     "chat": _COMMON | _CHAT,
     "completion": _COMMON | _COMPLETION,
+    "responses": _RESPONSES,
+    "messages": _MESSAGES,
+    "count_tokens": _COUNT_TOKENS,
+    "embeddings": _EMBEDDINGS,
+}
+ENDPOINTS: dict[Kind, str] = {
+    "chat": "/v1/chat/completions",
+    "completion": "/v1/completions",
+    "responses": "/v1/responses",
+    "messages": "/v1/messages",
+    "count_tokens": "/v1/messages/count_tokens",
+    "embeddings": "/v1/embeddings",
 }
 
 
@@ -166,11 +258,7 @@ def shown_key(key: str) -> str:
 
 
 def _unknown(key: str, kind: Kind) -> str:
-    shown = shown_key(key)
-    return (
-        f"'{shown}' is not a field the gateway forwards to /v1/"
-        f"{'chat/completions' if kind == 'chat' else 'completions'}"
-    )
+    return f"'{shown_key(key)}' is not a field the gateway forwards to {ENDPOINTS[kind]}"
 
 
 def _check_choices(body: dict[str, Any], kind: Kind, max_choices: int) -> None:

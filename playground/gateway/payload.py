@@ -6,14 +6,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from playground.gateway.fields import FieldError, check_fields
+from playground.gateway.fields import ENDPOINTS, FieldError, check_fields
 from playground.gateway.fields import Kind as Kind
+from playground.gateway.protocols import PROTOCOLS, Protocol
 
-PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "completion": "/v1/completions"}
-_LENGTH_KEYS: dict[Kind, tuple[str, ...]] = {
-    "chat": ("max_tokens", "max_completion_tokens"),
-    "completion": ("max_tokens",),
-}
+PATHS: dict[Kind, str] = ENDPOINTS
 
 
 class PayloadError(ValueError):
@@ -31,6 +28,15 @@ class GatewayCall:
     @property
     def path(self) -> str:
         return PATHS[self.kind]
+
+    @property
+    def protocol(self) -> Protocol:
+        return PROTOCOLS[self.kind]
+
+    @property
+    def usage_in_stream(self) -> bool:
+        """A stream whose usage the engine reports only when asked (stream_options)."""
+        return self.stream and PROTOCOLS[self.kind].stream_usage
 
 
 def parse_call(raw: bytes, kind: Kind, *, max_choices: int) -> GatewayCall:
@@ -52,6 +58,9 @@ def parse_call(raw: bytes, kind: Kind, *, max_choices: int) -> GatewayCall:
         raise PayloadError(str(exc)) from None
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
+    wants_usage = wants_usage or not PROTOCOLS[kind].stream_usage  # nothing added to drop
+    if "stream" not in body and PROTOCOLS[kind].says_stream:
+        body = {**body, "stream": False}
     return GatewayCall(kind, model, bool(body.get("stream")), wants_usage, body)
 
 
@@ -60,12 +69,15 @@ def _not_json(constant: str) -> Any:
 
 
 def _check_input(body: dict[str, Any], kind: Kind) -> None:
-    if kind == "chat":
+    key = PROTOCOLS[kind].input_key
+    if key == "messages":
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise PayloadError("'messages' must be a non-empty list")
-    elif not isinstance(body.get("prompt"), str | list):
-        raise PayloadError("'prompt' must be a string or a list")
+    elif not isinstance(body.get(key), str | list):
+        raise PayloadError(f"'{key}' must be a string or a list")
+    if kind == "messages" and "max_tokens" not in body:  # Anthropic's API requires it
+        raise PayloadError("'max_tokens' is required")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,15 +86,19 @@ class LengthCap:
     sent: int
 
 
-def cap_length(call: GatewayCall, cap: int) -> tuple[dict[str, Any], LengthCap]:
-    """A copy of the body whose length fields are at most `cap` (set to `cap` when absent)."""
+def cap_length(call: GatewayCall, cap: int) -> tuple[dict[str, Any], LengthCap | None]:
+    """A copy of the body whose length fields are at most `cap` (set to `cap` when absent);
+    the body as it is (and None) for a path that generates nothing."""
+    protocol = PROTOCOLS[call.kind]
+    if protocol.length_field is None:
+        return call.body, None
     body = dict(call.body)
-    asked = [_positive_int(key, body[key]) for key in _LENGTH_KEYS[call.kind] if key in body]
+    asked = [_positive_int(key, body[key]) for key in protocol.length_keys if key in body]
     largest = max(asked) if asked else None
     sent = min(largest, cap) if largest is not None else cap
-    for key in _LENGTH_KEYS[call.kind]:
+    for key in protocol.length_keys:
         body.pop(key, None)
-    body["max_tokens"] = sent
+    body[protocol.length_field] = sent
     return body, LengthCap(largest, sent)
 
 
@@ -104,4 +120,4 @@ def engine_body(body: dict[str, Any], *, stream: bool, served_model: str | None)
 
 def prompt_of(call: GatewayCall) -> Any:
     """What the user asked, for the audit trail when AUDIT_PROMPTS=1."""
-    return call.body.get("messages") if call.kind == "chat" else call.body.get("prompt")
+    return call.body.get(PROTOCOLS[call.kind].input_key)

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from playground.gateway import balance, limits, ratelimit, routing, sse
+from playground.gateway import balance, followup, limits, ratelimit, routing, sse
 from playground.gateway.access import AccessError
 from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
 from playground.gateway.asgi import RelayResponse
@@ -165,7 +165,9 @@ async def _open(recorder: Recorder, holds: Holds) -> Answer:
         holds.replica = lease
         exchange.target = lease.target
         body = engine_body(
-            exchange.call.body, stream=exchange.call.stream, served_model=lease.target.served_model
+            exchange.call.body,
+            stream=exchange.call.usage_in_stream,
+            served_model=lease.target.served_model,
         )
         try:
             return await open_response(lease.target, exchange.call.path, body)
@@ -208,16 +210,20 @@ async def _whole(recorder: Recorder, upstream: Answer, holds: Holds) -> HttpResp
         return error_response(error.status, error.kind, error.message)
     finally:
         await _stop(upstream, holds)
-    meter = sse.StreamMeter(started_s=exchange.started_s)
+    meter = exchange.call.protocol.meter(started_s=exchange.started_s)
     now_s = time.perf_counter()
     meter.observe(sse.parse_payload(raw) or {}, now_s)
+    if exchange.call.protocol.keeps_responses:  # a GET or cancel of it finds its replica
+        await followup.remember(exchange, meter)
     recorder.record(Outcome("ok", 200, meter.timings(now_s), answer=meter.answer))
     return HttpResponse(raw, status=200, content_type="application/json")
 
 
 async def relay(recorder: Recorder, upstream: Answer, holds: Holds) -> AsyncGenerator[bytes, None]:
     exchange = recorder.exchange
-    meter = sse.StreamMeter(started_s=exchange.started_s)
+    meter = exchange.call.protocol.meter(started_s=exchange.started_s)
+    if exchange.call.protocol.keeps_responses:
+        followup.watch(exchange, meter)
     splitter = sse.EventSplitter()
     keep_text = exchange.from_playground  # the page's run keeps the answer; the audit row not
     error: UpstreamError | None = None
@@ -311,11 +317,12 @@ async def _relay_error(target: Target, exc: Exception) -> UpstreamError:
 def _closing(
     exchange: Exchange, outcome: Outcome, error: UpstreamError | None, run_id: int | None
 ) -> bytes:
-    frames = [sse.error_frame(error.message, error.kind, error.status)] if error else []
+    protocol = exchange.call.protocol
+    frames = [protocol.error_frame(error.message, error.kind, error.status)] if error else []
     if exchange.from_playground:
         metrics = {**outcome.timings, "status": outcome.status, "run_id": run_id}
         frames.append(sse.metrics_frame(metrics))
-    frames.append(sse.DONE)
+    frames.append(protocol.stream_end)
     return b"".join(frames)
 
 

@@ -49,6 +49,8 @@ def prefix_key(body: Mapping[str, Any]) -> str:
 
 def _prompt_text(body: Mapping[str, Any]) -> str:
     messages = body.get("messages")
+    if not isinstance(messages, list) and isinstance(body.get("input"), list):
+        messages = body["input"]  # Responses' input items: messages too ({role, content})
     if isinstance(messages, list):
         parts = []
         for m in messages:
@@ -58,6 +60,8 @@ def _prompt_text(body: Mapping[str, Any]) -> str:
                 parts.append(f"{m.get('role', '')}:{flat}\n")
         return "".join(parts)
     prompt = body.get("prompt")
+    if not isinstance(prompt, str | list):
+        prompt = body.get("input")  # Responses' (and embeddings') text input
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):

@@ -144,7 +144,9 @@ def parse_payload(data: bytes) -> dict[str, Any] | None:
 
 
 # What only the JSON can tell: usage (read from the event carrying it, usually the last), an
-# error, a finish reason (its value a string, not null).
+# error, a finish reason (its value a string, not null). Responses and Anthropic Messages
+# (meters.py) carry their stop reason with their usage (`response.completed`, `message_delta`)
+# and name what comes before the first token in events that are read anyway (first_s unset).
 _MUST_READ = (b'"usage"', b'"error"', b'"finish_reason":"', b'"finish_reason": "')
 
 

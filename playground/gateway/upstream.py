@@ -22,6 +22,7 @@ from playground.gateway.engine_client import (
     ConnectTimeout,
     EngineIOError,
     ReadTimeout,
+    get,
     post,
 )
 
@@ -69,6 +70,25 @@ async def open_response(target: Target, path: str, body: dict[str, Any]) -> Answ
             payload.encode(),
             connect_timeout_s=connect_timeout_s(),
             read_timeout_s=read_timeout_s(),
+        )
+    except EngineIOError as exc:
+        raise transport_error(target, exc) from exc
+    if answer.status_code >= 400:
+        raise await engine_error(target, answer)
+    return answer
+
+
+async def open_get(target: Target, path: str, leaf: str) -> Answer:
+    """A GET of `path` + "/" + `leaf` (an id and its query, checked by the caller); the URL of
+    `path` is the cached one, the leaf is not cached (ids are unique); an engine error raises."""
+    try:
+        base, headers = request_parts(target.base_url, path, target.api_key)
+    except ValueError as exc:
+        raise UpstreamError(502, "engine_error", f"engine of {target.name}: {exc}") from None
+    url = URL(f"{base}/{leaf}", encoded=True)
+    try:
+        answer = await get(
+            url, headers, connect_timeout_s=connect_timeout_s(), read_timeout_s=read_timeout_s()
         )
     except EngineIOError as exc:
         raise transport_error(target, exc) from exc

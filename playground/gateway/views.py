@@ -3,6 +3,8 @@ browser session with CSRF) instead of Django's login middleware."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -11,8 +13,11 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from playground.gateway import proxy, targets
+from playground.gateway import followup, proxy, targets
 from playground.gateway.access import AccessError, authenticate
+from playground.gateway.errors import in_anthropic_shape
+
+View = Callable[[HttpRequest], Coroutine[Any, Any, HttpResponseBase]]
 
 
 @login_not_required
@@ -27,6 +32,59 @@ async def chat_completions(request: HttpRequest) -> HttpResponseBase:
 @require_POST
 async def completions(request: HttpRequest) -> HttpResponseBase:
     return await proxy.gateway(request, "completion")
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+async def responses(request: HttpRequest) -> HttpResponseBase:
+    return await proxy.gateway(request, "responses")
+
+
+@login_not_required
+@require_GET
+async def response_get(request: HttpRequest, response_id: str) -> HttpResponseBase:
+    return await followup.follow(request, response_id, cancel=False)
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+async def response_cancel(request: HttpRequest, response_id: str) -> HttpResponseBase:
+    return await followup.follow(request, response_id, cancel=True)
+
+
+def _anthropic_errors(view: View) -> View:
+    """The view's error answers (its 405 too) in Anthropic's shape."""
+
+    @functools.wraps(view)
+    async def shaped(request: HttpRequest) -> HttpResponseBase:
+        return in_anthropic_shape(await view(request))
+
+    return shaped
+
+
+@login_not_required
+@csrf_exempt
+@_anthropic_errors
+@require_POST
+async def messages(request: HttpRequest) -> HttpResponseBase:
+    return await proxy.gateway(request, "messages")
+
+
+@login_not_required
+@csrf_exempt
+@_anthropic_errors
+@require_POST
+async def count_tokens(request: HttpRequest) -> HttpResponseBase:
+    return await proxy.gateway(request, "count_tokens")
+
+
+@login_not_required
+@csrf_exempt
+@require_POST
+async def embeddings(request: HttpRequest) -> HttpResponseBase:
+    return await proxy.gateway(request, "embeddings")
 
 
 @login_not_required
@@ -48,6 +106,8 @@ def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
             "created": int(d.created_at.timestamp()),
             "owned_by": "shardboard",
             "engine": d.engine,
+            # Shardboard's own field (OpenAI clients ignore unknown ones): which API it serves
+            "kind": "embedding" if d.embeds else "generation",
         }
         for d in targets.models_usable(user=caller.user)
     ]

@@ -255,6 +255,11 @@
     const kv = text("kv-tokens", plan ? plan.kv_cache_tokens.toLocaleString("en-US") : "—");
     kv.dataset.value = plan ? plan.kv_cache_tokens : 0;
     text("max-concurrency", plan ? plan.max_concurrency_text + "×" : "—");
+    text("plan-kind", plan ? plan.model_kind : "");
+    const kindFigure = document.getElementById("kind-figure");
+    if (kindFigure) kindFigure.hidden = !(plan && plan.model_kind);
+    const kvFigure = document.getElementById("kv-figure");
+    if (kvFigure) kvFigure.hidden = Boolean(plan && plan.no_kv);
     const replicas = plan ? plan.replicas_text + (plan.tight ? " (tight)" : "") : "";
     text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
     drawBanner("plan-tight", plan && plan.tight_text);

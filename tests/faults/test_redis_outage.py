@@ -5,6 +5,7 @@ deployment left `stopping` can be stopped again."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from django.contrib.messages import get_messages
@@ -12,7 +13,8 @@ from django.test import Client
 
 from deployments.lifecycle.services import deployment_stop
 from deployments.models import Deployment
-from tests.faults.support import FAST_HOST, check_after, launch, wait_status
+from tests.faults.support import FAST_HOST, check_after, launch, status_of, wait_status
+from tests.support.waiting import wait_for
 from tests.support.workers import start_sim_worker
 
 HOST = "faulthost"
@@ -60,3 +62,42 @@ def test_redis_down_during_stop(host_worker, model_root, operator, broker) -> No
     act_again_s = time.monotonic() - start
     broker.start()
     check_after("Redis stopped during stop", act_again_s, [d.pid], ["deployment.stop"])
+
+
+STUB_ENGINE = Path(__file__).resolve().parents[1] / "support" / "stub_engine.py"
+
+
+@pytest.mark.worker
+@pytest.mark.timeout(240)
+def test_the_host_worker_outlives_redis_lost_with_a_launch_in_hand(
+    host_worker, model_root, operator, broker, tmp_path
+) -> None:
+    """Redis stops while the worker holds the launch's unacknowledged message (its engine still
+    loading): kombu's restore of that message on the lost connection used to end the worker
+    ("Unrecoverable error: AttributeError", controlpanel/brokertransport.py)."""
+    loaded = tmp_path / "engine-loaded"
+    stub = {
+        "SHARDBOARD_VLLM_BIN": str(STUB_ENGINE),
+        "SHARDBOARD_TRANSFORMERS_BIN": str(STUB_ENGINE),
+    }
+    worker = start_sim_worker(
+        host_worker,
+        HOST,
+        model_root,
+        REDIS_URL=broker.url,
+        STUB_ENGINE_READY_FILE=str(loaded),
+        **stub,
+        **FAST_HOST,
+    )
+    d = launch(operator, "outage-in-hand", HOST)
+    wait_for(lambda: status_of(d) == "starting" and d.pid)  # the launch task waits on /health
+    broker.stop()
+    wait_for(lambda: "Connection to broker lost" in worker.log())
+    loaded.touch()  # the engine is ready: the task in hand finishes without Redis
+    wait_status(d, {"running"}, 150, worker)
+    assert worker.proc.poll() is None, worker.log()[-4000:]
+    assert "Unrecoverable error" not in worker.log()
+    broker.start()
+    deployment_stop(user=operator, deployment=d)  # a Celery message: the consumer is back
+    wait_status(d, {"stopped"}, 60, worker)
+    assert worker.proc.poll() is None

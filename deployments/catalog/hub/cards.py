@@ -117,6 +117,9 @@ class ModelCard:
     config: dict[str, Any] | None  # the full config.json; None when it could not be read
     config_error: str | None  # why `config` is None (e.g. gated without access)
     freshness: Freshness = field(compare=False)
+    # a sentence-transformers repo: {"modules": modules.json, "pooling": its Pooling config};
+    # vLLM serves such a repo with its pooling runner (None: not one, or a card cached before)
+    sentence_transformers: dict[str, Any] | None = None
 
     @property
     def from_cache(self) -> bool:

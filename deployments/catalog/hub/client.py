@@ -55,6 +55,7 @@ from deployments.catalog.hub.errors import (
     offline_error,
     translate,
 )
+from deployments.catalog.hub.sentence_tf import sentence_transformers
 
 logger = logging.getLogger(__name__)
 
@@ -374,6 +375,10 @@ class HubClient:
         card: dict[str, Any] = to_data(
             infos_mod.card_fields(info, revision, self.endpoint, config, config_error, by_dtype)
         )
+        if config is not None:
+            card["sentence_transformers"] = sentence_transformers(
+                info, lambda name: self._json_file(info.id, name, str(info.sha), token)[0]
+            )
         return card
 
 

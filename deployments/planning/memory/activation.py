@@ -21,7 +21,8 @@ GRAPH_BYTES_PER_LAYER_PER_SIZE = 320 * 1024
 
 def activation_bytes(spec: ModelSpec, shard: Shard, s: Settings) -> int:
     """Peak torch memory above the weights during the profile run on this rank."""
-    sampler = _sampler_bytes(spec, s) if shard.is_last else 0
+    # The pooling runner warms its pooler up instead of a sampler: no logits over the vocab.
+    sampler = _sampler_bytes(spec, s) if shard.is_last and spec.pooling is None else 0
     return _persistent_bytes(spec, shard, s) + max(_forward_bytes(spec, shard, s), sampler)
 
 

@@ -27,6 +27,7 @@ class GpuMemory:
     total_bytes: int
     gpu_total_bytes: int
     budget_bytes: int  # total × gpu_memory_utilization
+    correction_bytes: int = 0  # of non_torch_bytes: the fleet-learned correction (correction.py)
 
     @property
     def free_bytes(self) -> int:
@@ -80,7 +81,8 @@ def evaluate_layout(
     for r, total in enumerate(gpu_totals):
         if (r // tp, total) not in cache:
             cache[r // tp, total] = _rank(spec, s, tp, pp, r // tp, total, nvlink)
-    judged = _judge(s, tp, pp, [cache[r // tp, t] for r, t in enumerate(gpu_totals)])
+    ranks = [cache[r // tp, t] for r, t in enumerate(gpu_totals)]
+    judged = _judge_encoder(s, tp, pp, ranks) if spec.encoder_only else _judge(s, tp, pp, ranks)
     guessed = spec.layer_plan.warnings if spec.layer_plan is not None else ()
     return replace(judged, warnings=judged.warnings + guessed) if guessed else judged
 
@@ -96,12 +98,16 @@ def _rank(
     budget = math.ceil(total * s.gpu_memory_utilization)
     weights = rank_weights_bytes(spec, shard)
     act = activation_bytes(spec, shard, s)
-    other = non_torch_bytes(s, tp=tp, tp_over_nvlink=nvlink)
+    base_other = non_torch_bytes(s, tp=tp, tp_over_nvlink=nvlink)
+    other = base_other
+    if s.correction is not None:
+        other = max(0, other + s.correction.outside_bytes)
     graphs = cuda_graph_bytes(spec, shard, s)
     in_budget = graphs if s.profile.cuda_graphs_in_budget else 0
-    kv = budget - weights - act - other - in_budget
+    # An encoder has no KV cache spec: vLLM skips the profile and allocates no cache.
+    kv = 0 if spec.encoder_only else budget - weights - act - other - in_budget
     used = weights + act + other + graphs + max(kv, 0)
-    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget)
+    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget, other - base_other)
     kv_layout = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     return mem, kv_layout
 
@@ -109,6 +115,8 @@ def _rank(
 def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
     reasons: list[str] = []
     warnings: list[str] = [s.quant.warning] if s.quant and s.quant.warning else []
+    if s.correction is not None:
+        warnings.append(s.correction.line())
     max_len, fitting = _fit_length(s, ranks, reasons, warnings)
     blocks = min(kv.num_blocks(mem.kv_cache_bytes) for mem, kv in ranks)
     tokens = min(_tokens(s, kv, blocks, max_len) for _, kv in ranks)
@@ -131,6 +139,37 @@ def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
         s.max_model_len,
         fitting,
         concurrency,
+    )
+
+
+def _judge_encoder(
+    s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
+) -> LayoutMemory:
+    """An encoder-only pooling model: weights and one batch's activations, no KV cache. A step
+    takes whole prompts (no chunked prefill), so ``max_num_batched_tokens`` bounds how many
+    full-length requests run at once, and requests beyond it queue."""
+    reasons = [encoder_overflow(mem) for mem, _ in ranks if mem.total_bytes > mem.budget_bytes]
+    if s.max_num_batched_tokens < s.max_model_len:
+        reasons.append(
+            f"max_num_batched_tokens ({s.max_num_batched_tokens}) is smaller than max_model_len "
+            f"({s.max_model_len}): a pooling model without chunked prefill takes each prompt "
+            "whole in one step"
+        )
+    at_once = min(s.max_num_seqs, s.max_num_batched_tokens // max(s.max_model_len, 1))
+    warnings = [s.quant.warning] if s.quant and s.quant.warning else []
+    per_gpu = tuple(mem for mem, _ in ranks)
+    return LayoutMemory(
+        tp, pp, per_gpu, 0, s.max_model_len, tuple(reasons[:1]), tuple(warnings),
+        s.max_model_len, 0, float(at_once),
+    )  # fmt: skip
+
+
+def encoder_overflow(mem: GpuMemory) -> str:
+    """Weights and activations above the share: vLLM runs out of memory loading or warming up."""
+    return (
+        f"weights and activations need {gib(mem.total_bytes):.2f} GiB, more than the "
+        f"{gib(mem.budget_bytes):.2f} GiB share of this {gib(mem.gpu_total_bytes):.2f} GiB GPU "
+        "(gpu_memory_utilization × total)"
     )
 
 

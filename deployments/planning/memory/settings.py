@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from deployments.planning.model.quant import QuantSpec
 from deployments.planning.model.spec import ModelSpec
 
+from .correction import Correction
 from .kvcache import StageKv, stage_kv
 from .kvgroups import KvRules
 from .versions import VersionProfile
@@ -32,6 +33,9 @@ class Settings:
     block_size: int
     enforce_eager: bool
     kv_rules: KvRules = field(default_factory=KvRules)
+    correction: Correction | None = None  # learned from the fleet's starts (correction.py)
+    runner: str | None = None  # "pooling" for an embedding model (vLLM's --runner)
+    convert: str | None = None  # "embed"/"classify": vLLM adapts a generative class (--convert)
 
 
 def settings_kv(spec: ModelSpec, s: Settings, *, tp: int, pp: int, stage: int) -> StageKv:

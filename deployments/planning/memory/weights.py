@@ -81,6 +81,10 @@ def _vocab_bytes(spec: ModelSpec, shard: Shard) -> int:
     rows = spec.padded_vocab_size // shard.tp
     table = rows * spec.hidden_size * shard.dtype_bytes
     total = table if shard.is_first else 0
+    if shard.is_first and spec.extra_embedding_rows:  # replicated, not vocab-parallel
+        total += spec.extra_embedding_rows * spec.hidden_size * shard.dtype_bytes
+    if spec.pooling is not None:
+        return total  # the pooling runner builds no LM head (vLLM adapters.py:145-152)
     if shard.is_last and not (spec.tie_word_embeddings and shard.is_first):
         total += table  # untied LM head, or the last stage's own copy of a tied embedding
     if shard.is_last and spec.lm_head_bias:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -12,6 +12,7 @@ from deployments.planning.units import canonical_dtype
 from . import config_fields as cf
 from . import quant as quant_mod
 from .layers import LayerPlan, layer_plan
+from .pooling import ENCODER_MODEL_TYPES, PoolingSpec, pooling_spec
 from .quant import QuantSpec
 from .vision import vision_embeds, vision_parameters
 
@@ -91,6 +92,10 @@ class ModelSpec:
     vision_embeds: tuple[int, int] = (0, 0)  # (tokens of the largest image, embedding width)
     architectures: tuple[str, ...] = ()
     layer_plan: LayerPlan | None = None  # per-layer caches (None: from the flags above)
+    # vLLM's pooling runner serves it (embeddings, classification): None for a generative model
+    pooling: PoolingSpec | None = None
+    # rows of hidden_size beside the vocabulary: an encoder's learned positions and token types
+    extra_embedding_rows: int = 0
 
     @classmethod
     def from_config(
@@ -99,9 +104,30 @@ class ModelSpec:
         *,
         safetensors: SafetensorsSummary | None = None,
         name: str = "",
+        st_modules: Sequence[Mapping[str, Any]] | None = None,
+        st_pooling: Mapping[str, Any] | None = None,
+        st_max_seq_length: int | None = None,
     ) -> ModelSpec:
-        """Build from a config.json dict (and safetensors metadata when known)."""
-        return spec_from_config(config, safetensors=safetensors, name=name)
+        """Build from a config.json dict (and safetensors metadata when known); a
+        sentence-transformers ``modules.json``, its pooling config and the ``max_seq_length`` of
+        its sentence_bert_config.json when the folder has them (vLLM takes that length as the
+        model's own: config/model.py:2636-2637)."""
+        spec = spec_from_config(config, safetensors=safetensors, name=name)
+        if st_max_seq_length and st_max_seq_length > 0:
+            spec = replace(
+                spec,
+                derived_max_model_len=int(st_max_seq_length),
+                max_len_source=f"max_seq_length={int(st_max_seq_length)}",
+            )
+        pooling = pooling_spec(
+            spec.architectures, spec.model_type, st_modules=st_modules, st_pooling=st_pooling
+        )
+        return replace(spec, pooling=pooling) if pooling is not None else spec
+
+    @property
+    def encoder_only(self) -> bool:
+        """Bidirectional attention served by the pooling runner: vLLM keeps no KV cache."""
+        return self.pooling is not None and self.pooling.encoder_only
 
     def is_sliding(self, layer: int) -> bool:
         """Whether ``layer`` attends through a sliding window."""
@@ -136,12 +162,15 @@ BOUNDS = {
 NON_GATED = frozenset(
     {"phi", "gpt2", "gpt_neox", "falcon", "starcoder2", "gpt_bigcode", "opt", "bloom", "gptj"}
     | {"nemotron_h"}  # relu² up/down MLPs and experts
+    | ENCODER_MODEL_TYPES  # BERT-style GELU up/down MLPs
 )
 TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "opt", "falcon"})
 FOUR_NORMS = frozenset({"gemma2", "gemma3", "gemma3_text"})
 QK_NORM = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "olmo2"})
 QKV_BIAS = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
-LAYERNORM_WITH_BIAS = frozenset({"phi", "gpt2", "gpt_neox", "falcon", "starcoder2", "opt", "bloom"})
+LAYERNORM_WITH_BIAS = frozenset(
+    {"phi", "gpt2", "gpt_neox", "falcon", "starcoder2", "opt", "bloom"} | ENCODER_MODEL_TYPES
+)
 
 
 def spec_from_config(
@@ -209,6 +238,7 @@ def _with_extras(
     moe, moe_layers = _moe(text, spec.num_layers)
     mla = _mla(text)
     qc = config.get("quantization_config") or text.get("quantization_config")
+    extra_rows = _extra_embedding_rows(text, spec.model_type)
     vision = st.vision_parameters if st is not None else vision_parameters(config, spec.hidden_size)
     rotary = mla.qk_rope_head_dim if mla else cf.rotary_dim(text, spec.head_dim)
     sliding = cf.sliding(text, spec.model_type, spec.num_layers)
@@ -231,11 +261,27 @@ def _with_extras(
         vision_parameters=vision,
         vision_embeds=vision_embeds(config, spec.hidden_size),
         rotary_dim=rotary,
-        rope_cache_len=cf.rope_cache_len(text),
+        rope_cache_len=0 if _learned_positions(text, spec.model_type) else cf.rope_cache_len(text),
         rope_caches=2 if spec.model_type in ("gemma3", "gemma3_text") else 1,
         layer_plan=plan,
+        extra_embedding_rows=extra_rows,
         **sliding,
     )
+
+
+def _learned_positions(text: Mapping[str, Any], model_type: str) -> bool:
+    """An encoder with absolute position embeddings (BERT, XLM-R), not rotary ones (Nomic)."""
+    rotary = text.get("rotary_emb_base") or text.get("rope_theta")
+    return model_type in ENCODER_MODEL_TYPES and not rotary
+
+
+def _extra_embedding_rows(text: Mapping[str, Any], model_type: str) -> int:
+    """BERT-style encoders learn absolute positions and token types beside the vocabulary."""
+    if model_type not in ENCODER_MODEL_TYPES:
+        return 0
+    learned = _learned_positions(text, model_type)
+    positions = int(text.get("max_position_embeddings") or 0) if learned else 0
+    return positions + int(text.get("type_vocab_size") or 0)
 
 
 def _dtype(
@@ -254,8 +300,8 @@ def _dtype(
 
 
 def _flags(text: Mapping[str, Any], model_type: str, config: Mapping[str, Any]) -> dict[str, Any]:
-    attn_bias = bool(text.get("attention_bias", False))
-    phi = model_type == "phi"
+    attn_bias = bool(text.get("attention_bias", False)) or model_type in ENCODER_MODEL_TYPES
+    phi = model_type == "phi" or model_type in ENCODER_MODEL_TYPES  # biases on every linear
     tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
     return {
         "tie_word_embeddings": bool(model_type in TIED_BY_DEFAULT if tie is None else tie),
@@ -263,8 +309,8 @@ def _flags(text: Mapping[str, Any], model_type: str, config: Mapping[str, Any]) 
         "qkv_bias": attn_bias or phi or model_type in QKV_BIAS or bool(text.get("qkv_bias")),
         "o_bias": attn_bias or phi,
         "mlp_bias": bool(text.get("mlp_bias", False)) or phi,
-        "lm_head_bias": phi,
-        "norms_per_layer": 4 if model_type in FOUR_NORMS else 1 if phi else 2,
+        "lm_head_bias": phi and model_type not in ENCODER_MODEL_TYPES,
+        "norms_per_layer": 4 if model_type in FOUR_NORMS else 1 if model_type == "phi" else 2,
         "norm_has_bias": model_type in LAYERNORM_WITH_BIAS,
         "qk_norm": model_type in QK_NORM or bool(text.get("qk_layernorm")),
     }

@@ -27,6 +27,8 @@ class EngineSettings:
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
     enforce_eager: bool = False
+    runner: str | None = None  # --runner pooling: an embedding or classification model
+    convert: str | None = None  # --convert embed|classify
 
 
 def engine_settings(req: PlanRequest, s: Settings) -> EngineSettings:
@@ -41,4 +43,6 @@ def engine_settings(req: PlanRequest, s: Settings) -> EngineSettings:
         decode_context_parallel_size=s.kv_rules.dcp if s.kv_rules.dcp > 1 else None,
         block_size=req.block_size or None,
         enforce_eager=req.enforce_eager,
+        runner=s.runner,
+        convert=s.convert,
     )

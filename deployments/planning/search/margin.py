@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from deployments.planning.fleet.inventory import Gpu
+from deployments.planning.memory.correction import Correction
 from deployments.planning.memory.layout import GpuMemory, LayoutMemory
 from deployments.planning.memory.settings import Settings, settings_kv
 from deployments.planning.memory.versions import VersionProfile
@@ -58,9 +59,14 @@ class Band:
     outside_bytes: int
 
 
-def band(profile: VersionProfile, mem: GpuMemory) -> Band:
-    """The error band of one rank's prediction, by the rules of the target vLLM version."""
+def band(profile: VersionProfile, mem: GpuMemory, learned: Correction | None = None) -> Band:
+    """The error band of one rank's prediction, by the rules of the target vLLM version.
+
+    With a correction learned from this GPU model's starts under this version, the spread
+    those starts showed replaces the a-priori share of the budget (never under the floor)."""
     base = max(FLOOR_BYTES, round(BUDGET_FRACTION * mem.budget_bytes))
+    if learned is not None:
+        base = max(FLOOR_BYTES, learned.spread_bytes)
     if profile.cuda_graphs_in_budget:
         return Band(base + round(GRAPHS_IN_BUDGET_SHARE * mem.cuda_graph_bytes), base)
     return Band(base, base + round(GRAPHS_OUTSIDE_SHARE * mem.cuda_graph_bytes))
@@ -93,7 +99,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
         mem = layout.per_gpu[rank]
         kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
         need = kv.request_bytes(length, s.max_num_batched_tokens) * requests
-        room = mem.kv_cache_bytes - need - band(s.profile, mem).kv_bytes
+        room = mem.kv_cache_bytes - need - band(s.profile, mem, s.correction).kv_bytes
         if worst is None or room < worst[0]:
             worst = (room, need, stage, rank)
     if worst is None or worst[0] >= 0 or layout.per_gpu[worst[3]].kv_cache_bytes < worst[1]:
@@ -108,7 +114,7 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
     where = f" on pipeline stage {stage + 1} of {pp}" if pp > 1 else ""
     text = (
         f"needs {gib(need):.2f} GiB of KV cache for {what}{where}; predicted "
-        f"{gib(mem.kv_cache_bytes):.2f} ± {gib(band(s.profile, mem).kv_bytes):.2f} GiB"
+        f"{gib(mem.kv_cache_bytes):.2f} ± {gib(band(s.profile, mem, s.correction).kv_bytes):.2f} GiB"
     )
     shorter = comfortable_length(spec, s, layout, requests=requests)
     if 0 < shorter < length:
@@ -118,8 +124,8 @@ def _kv(spec: ModelSpec, s: Settings, layout: LayoutMemory, requests: int) -> st
 
 def _outside(s: Settings, per_gpu: tuple[GpuMemory, ...]) -> str:
     """What the GPU keeps beyond the budget (and, before 0.20, beyond the graph pool)."""
-    mem = min(per_gpu, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
-    b = band(s.profile, mem)
+    mem = min(per_gpu, key=lambda m: m.free_bytes - band(s.profile, m, s.correction).outside_bytes)
+    b = band(s.profile, mem, s.correction)
     if mem.free_bytes >= b.outside_bytes:
         return ""
     gmu = s.gpu_memory_utilization
@@ -150,8 +156,8 @@ def _sampler_warmup(spec: ModelSpec, s: Settings, layout: LayoutMemory) -> str:
     last = layout.per_gpu[(pp - 1) * tp : pp * tp]
     if not last:
         return ""
-    mem = min(last, key=lambda m: m.free_bytes - band(s.profile, m).outside_bytes)
-    room = mem.free_bytes - band(s.profile, mem).outside_bytes
+    mem = min(last, key=lambda m: m.free_bytes - band(s.profile, m, s.correction).outside_bytes)
+    room = mem.free_bytes - band(s.profile, mem, s.correction).outside_bytes
     need = sampler_warmup_bytes(spec, s)
     if room >= need:
         return ""
@@ -160,7 +166,7 @@ def _sampler_warmup(spec: ModelSpec, s: Settings, layout: LayoutMemory) -> str:
         f"vLLM warms the sampler up on {reqs:,} dummy requests after allocating the KV cache: "
         f"about {gib(need):.2f} GiB ({reqs:,} × {spec.vocab_size:,} logits, top-k/top-p sort) "
         f"where {gib(mem.free_bytes):.2f} GiB are left beyond the budget and CUDA graphs, less "
-        f"the planner's margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB; it may run "
+        f"the planner's margin of {gib(band(s.profile, mem, s.correction).outside_bytes):.2f} GiB; it may run "
         "out of memory there (lower max_num_seqs or gpu_memory_utilization)"
     )
 
@@ -217,7 +223,7 @@ def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, G
     for mem, (host, gpu) in zip(layout.per_gpu, gpus, strict=False):
         if gpu.free_bytes >= gpu.total_bytes:
             continue  # nothing else on it: the budget check above covers it
-        room = gpu.free_bytes - mem.budget_bytes - band(s.profile, mem).outside_bytes
+        room = gpu.free_bytes - mem.budget_bytes - band(s.profile, mem, s.correction).outside_bytes
         if room < 0 and gpu.free_bytes >= mem.budget_bytes and (worst is None or room < worst[0]):
             worst = (room, host, gpu, mem)
     if worst is None:
@@ -227,7 +233,7 @@ def startup_tight(s: Settings, layout: LayoutMemory, gpus: Sequence[tuple[str, G
         f"vLLM checks at start that {gib(mem.budget_bytes):.2f} GiB "
         f"({s.gpu_memory_utilization:g} × {gib(gpu.total_bytes):.2f} GiB) are free on GPU "
         f"{host}:{gpu.index}; it has {gib(gpu.free_bytes):.2f} GiB free, within the planner's "
-        f"margin of {gib(band(s.profile, mem).outside_bytes):.2f} GiB"
+        f"margin of {gib(band(s.profile, mem, s.correction).outside_bytes):.2f} GiB"
     )
 
 
@@ -238,6 +244,8 @@ def comfortable_length(spec: ModelSpec, s: Settings, layout: LayoutMemory, *, re
     for stage in range(pp):
         mem = layout.per_gpu[stage * tp]
         kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
-        room = (mem.kv_cache_bytes - band(s.profile, mem).kv_bytes) // max(requests, 1)
+        room = (mem.kv_cache_bytes - band(s.profile, mem, s.correction).kv_bytes) // max(
+            requests, 1
+        )
         best = min(best, kv.longest_fitting_len(room, s.max_num_batched_tokens))
     return best // s.block_size * s.block_size

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from deployments.planning.errors import PlanningError
+from deployments.planning.memory.correction import Correction, matching
 from deployments.planning.memory.kvcache import kv_element_bytes
 from deployments.planning.memory.kvgroups import is_hopper, rules_for
 from deployments.planning.memory.settings import Settings
@@ -49,6 +50,11 @@ class PlanRequest:
     # Replicas of the layout to place (None: as many as fit), spread over hosts or packed.
     replicas: int | None = None
     placement: str = "spread"
+    # Corrections learned from the fleet's start-ups (memory/correction.py), computed by the
+    # caller from its recorded starts; one applies where its GPU model and version match.
+    # ``learned_correction`` False plans as if there were none (the per-plan switch).
+    corrections: tuple[Correction, ...] = ()
+    learned_correction: bool = True
 
     def validate(self) -> None:
         """Raise PlanningError on numbers no vLLM would accept."""
@@ -88,6 +94,10 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
     profile = profile_for(req.vllm_version)
     dtype = _model_dtype(spec, req.dtype)
     tokens, seqs = default_batching(profile, gpu_total_bytes, gpu_name)
+    max_len = req.max_model_len or spec.derived_max_model_len
+    if spec.pooling is not None and not spec.pooling.chunked_prefill:
+        # whole prompts per step (vllm/engine/arg_utils.py:3180-3222)
+        tokens = min((req.max_num_seqs or seqs) * max_len, max(max_len, tokens))
     gmu = req.gpu_memory_utilization or profile.default_gpu_memory_utilization
     quant = _quant(spec, req.quantization)
     kv_dtype = req.kv_cache_dtype
@@ -101,13 +111,15 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
         quant=quant,
         moe_align=quant_mod.moe_alignment(quant, profile.version, generation),
         kv_element_bytes=kv_element_bytes(kv_dtype, dtype_bytes(dtype)),
-        max_model_len=req.max_model_len or spec.derived_max_model_len,
+        max_model_len=max_len,
         max_model_len_given=req.max_model_len is not None,
         max_num_seqs=req.max_num_seqs or seqs,
         max_num_batched_tokens=req.max_num_batched_tokens or tokens,
         gpu_memory_utilization=gmu,
         block_size=req.block_size or 16,
         enforce_eager=req.enforce_eager,
+        runner="pooling" if spec.pooling is not None else None,
+        convert=spec.pooling.convert if spec.pooling and spec.pooling.convert != "none" else None,
         kv_rules=rules_for(
             profile.version,
             dtype_bytes=dtype_bytes(dtype),
@@ -116,6 +128,9 @@ def resolve(spec: ModelSpec, req: PlanRequest, gpu_total_bytes: int, gpu_name: s
             hopper=is_hopper(gpu_name, gpu_total_bytes),
             sparse_mla=_sparse_mla(spec),
             model_type=spec.model_type,
+        ),
+        correction=(
+            matching(req.corrections, gpu_name, profile.version) if req.learned_correction else None
         ),
     )
 

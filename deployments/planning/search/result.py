@@ -78,5 +78,6 @@ def plan_details(p: Plan) -> dict[str, Any]:
             gpu_total_bytes=mem.gpu_total_bytes,
             budget_bytes=mem.budget_bytes,
             free_bytes=mem.free_bytes,
+            correction_bytes=mem.correction_bytes,
         )
     return out

@@ -175,7 +175,9 @@ def _usable(
     out: dict[str, list[Gpu]] = {}
     for host in inv.hosts:
         out[host.name] = [
-            g for g in host.gpus if sharing.can_start(g, _budget(spec, req, g, budgets), req)
+            g
+            for g in host.gpus
+            if sharing.can_start(g, _budget(spec, req, g, budgets), req, encoder=spec.encoder_only)
         ]
     return out
 

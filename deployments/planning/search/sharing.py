@@ -52,12 +52,13 @@ def requested_bytes(total_bytes: int, gmu: float) -> int:
     return math.ceil(total_bytes * gmu)
 
 
-def can_start(gpu: Gpu, budget_bytes: int, req: PlanRequest) -> bool:
+def can_start(gpu: Gpu, budget_bytes: int, req: PlanRequest, *, encoder: bool = False) -> bool:
     """Whether some layout may use ``gpu``: its free memory covers vLLM's claim at the
     default utilization, or, when the share is sized per layout, at least the smallest one."""
     if gpu.busy:
         return False
-    floor = requested_bytes(gpu.total_bytes, GMU_STEP) if sizes_share(req) else budget_bytes
+    per_layout = sizes_share(req) or (encoder and req.gpu_memory_utilization is None)
+    floor = requested_bytes(gpu.total_bytes, GMU_STEP) if per_layout else budget_bytes
     return gpu.free_bytes >= floor
 
 
@@ -97,7 +98,10 @@ def sized(
 ) -> Settings:
     """``s`` with the utilization that holds ``req.concurrency`` requests of
     ``s.max_model_len`` tokens plus the margin on every rank, capped by vLLM's default and by
-    what every GPU of the layout has free; ``s`` itself when no load is stated."""
+    what every GPU of the layout has free; ``s`` itself when no load is stated. An encoder's
+    share is always sized: it holds no KV cache, so 92 % would only keep others off the GPU."""
+    if spec.encoder_only and req.gpu_memory_utilization is None:
+        return _encoder_sized(spec, s, tp=tp, pp=pp, gpus=gpus, nvlink=nvlink)
     if not sizes_share(req) or req.concurrency is None:
         return s
     totals = [g.total_bytes for g in gpus]
@@ -108,6 +112,24 @@ def sized(
         _rank_need(spec, s, m, tp=tp, pp=pp, stage=r // tp, load=req.concurrency)
         / m.gpu_total_bytes
         for r, m in enumerate(probe.per_gpu)
+    )
+    wanted = math.ceil(need / GMU_STEP - 1e-9) * GMU_STEP
+    cap = min(s.profile.default_gpu_memory_utilization, largest_share(gpus))
+    return replace(s, gpu_memory_utilization=round(max(min(wanted, cap), GMU_STEP), 2))
+
+
+def _encoder_sized(
+    spec: ModelSpec, s: Settings, *, tp: int, pp: int, gpus: list[Gpu], nvlink: bool
+) -> Settings:
+    """vLLM still refuses to start unless ``utilization × total`` is free (v1/worker/utils.py:
+    716-726, gpu_worker.py:542) though an encoder uses only its weights and one batch: the
+    share is that plus the margin."""
+    totals = [g.total_bytes for g in gpus]
+    probe = evaluate_layout(spec, s, tp=tp, pp=pp, gpu_totals=totals, nvlink=nvlink)
+    need = max(
+        (m.total_bytes + max(math.ceil(LOAD_MARGIN * m.total_bytes), MIN_MARGIN_BYTES))
+        / m.gpu_total_bytes
+        for m in probe.per_gpu
     )
     wanted = math.ceil(need / GMU_STEP - 1e-9) * GMU_STEP
     cap = min(s.profile.default_gpu_memory_utilization, largest_share(gpus))
@@ -144,7 +166,7 @@ def _rank_need(
     load_bytes = load * kv.request_bytes(s.max_model_len, s.max_num_batched_tokens)
     # At least the planner's own error band (margin.py, taken at the probe's larger budget), so
     # that a share sized for the load is never a tight fit of it.
-    error_band = margin.band(s.profile, mem).kv_bytes
+    error_band = margin.band(s.profile, mem, s.correction).kv_bytes
     return (
         fixed + load_bytes + max(math.ceil(LOAD_MARGIN * load_bytes), MIN_MARGIN_BYTES, error_band)
     )
