@@ -3,6 +3,7 @@
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py \
         [--tokens 64] [--interval-ms 5] [--server uvicorn|daphne] [--workers N] [--pin] \
         [--arrivals burst|staggered] [--levels 1,8,32]
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --peer [--runs 3]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --replicas \
         [--levels 1,8,32] [--blocks 7]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab \
@@ -29,6 +30,14 @@ rotated order, and each block gives each variant its server's CPU per request (o
 every thread, from /proc/PID/task/*/schedstat), Redis's, and its added TTFT p50 (against the
 direct run of the same block). Printed: the median over blocks and the spread (min–max).
 
+--peer (the default when bench/proxy_peer.py's virtualenv exists; --no-peer: without it): the
+same run also goes through vllm-router 0.1.17 (round robin over the same stand-in engine), and
+per level the blocks rotate direct, Shardboard, vllm-router. Printed per level: added TTFT p50
+and p90 over direct, throughput as % of direct, and the server's CPU per request (every
+Shardboard process, plus its private redis-server apart; the router's process). --runs N
+repeats the whole side-by-side N times with fresh processes and prints each run's table;
+--base REV adds Shardboard at git REV (a worktree, this tree's virtualenv) as a fourth way in.
+
 --rate-limits: the gateway's per-token and per-user limits (gateway.ratelimit) switched on, so
 high that they never refuse: every request pays its Lua script in Redis and its tokens'
 charge. With --ab and no --variant: the same tree with them off against on.
@@ -48,7 +57,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+import proxy_peer  # noqa: E402
 import proxy_replicas  # noqa: E402
+import proxy_sidebyside  # noqa: E402
 from proxy_client import Level, p, run_level, spread  # noqa: E402
 from proxy_procs import (  # noqa: E402  (bench/ is this script's own folder on sys.path)
     bench_env,
@@ -115,11 +126,13 @@ async def measure(
 
 @dataclass
 class Block:
-    """One variant in one block: CPU seconds per request (server, Redis), TTFT p50 added."""
+    """One variant in one block: CPU seconds per request (server, Redis), TTFT p50 added,
+    throughput as a share of direct's."""
 
     server_cpu_s: float
     redis_cpu_s: float
     added_ttft_s: float
+    throughput_ratio: float
 
 
 async def measure_ab(
@@ -151,7 +164,12 @@ async def measure_ab(
                 added = statistics.median(level.ttfts_s) - direct_p50
                 cpu = level.cpu_s
                 results[concurrency][name].append(
-                    Block(cpu["server"] / requests, cpu["redis"] / requests, added)
+                    Block(
+                        cpu["server"] / requests,
+                        cpu["redis"] / requests,
+                        added,
+                        level.throughput / direct.throughput,
+                    )
                 )
     return results
 
@@ -159,15 +177,19 @@ async def measure_ab(
 def report_ab(results: dict[int, dict[str, list[Block]]]) -> None:
     print(
         "| streams | variant | server CPU/request µs | Redis CPU/request µs "
-        "| added TTFT p50 ms | blocks |"
+        "| added TTFT p50 ms | throughput % of direct | blocks |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for concurrency, by_name in results.items():
         for name, blocks in by_name.items():
             server = spread([b.server_cpu_s for b in blocks], 1e6, ".0f")
             redis_cpu = spread([b.redis_cpu_s for b in blocks], 1e6, ".0f")
             added = spread([b.added_ttft_s for b in blocks], 1e3, "+.2f")
-            print(f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {len(blocks)} |")
+            ratio = spread([b.throughput_ratio for b in blocks], 100, ".1f")
+            print(
+                f"| {concurrency} | {name} | {server} | {redis_cpu} | {added} | {ratio} "
+                f"| {len(blocks)} |"
+            )
 
 
 def parse_variants(specs: list[str]) -> dict[str, tuple[str | None, dict[str, str]]]:
@@ -247,7 +269,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--interval-ms", type=float, default=5.0)
-    parser.add_argument("--server", choices=("uvicorn", "daphne"), default="uvicorn")
+    parser.add_argument(
+        "--server",
+        default="uvicorn",
+        help="uvicorn, daphne or granian (--peer: several, comma-separated, side by side)",
+    )
     parser.add_argument(
         "--pin",
         action="store_true",
@@ -284,7 +310,22 @@ def main() -> int:
         action="store_true",
         help="the gateway's rate limits on, never biting (with --ab: off against on)",
     )
+    parser.add_argument(
+        "--peer",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="vllm-router side by side (default: when its virtualenv exists; see above)",
+    )
+    parser.add_argument("--runs", type=int, default=1, help="side-by-side runs (--peer)")
+    parser.add_argument(
+        "--base", metavar="REV", help="--peer: also Shardboard at git REV (a worktree) beside"
+    )
     args = parser.parse_args()
+    plain = not (args.replicas or args.ab or args.pin or args.arrivals != "burst")
+    if args.peer or (args.peer is None and plain and proxy_peer.available()):
+        levels = [int(n) for n in (args.levels or "1,8,32").split(",")]
+        workers = args.workers or webserver.default_workers()
+        return proxy_sidebyside.main(args, levels, workers)
     if args.replicas:
         return proxy_replicas.main(args, [int(n) for n in (args.levels or "1,8,32").split(",")])
     if args.ab:

@@ -103,6 +103,11 @@ def start_server(
         cmd = [*python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port)]
         cmd += ["--access-log", os.devnull]
         return subprocess.Popen([*cmd, "controlpanel.asgi:application"], cwd=ROOT, env=env)
+    if kind == "granian":  # for comparison: Django's handler has no lifespan (asginl)
+        cmd = [*python, "-m", "granian", "--interface", "asginl", "--host", "127.0.0.1"]
+        cmd += ["--port", str(port), "--workers", str(workers), "--loop", "uvloop"]
+        cmd += ["--log-level", "warning", "controlpanel.asgi:application"]
+        return subprocess.Popen(cmd, cwd=cwd, env={**env, **(extra_env or {})})
     env = dict(env, SHARDBOARD_PORT=str(port), SHARDBOARD_WEB_WORKERS=str(workers))
     env.update(extra_env or {})
     cmd = [*python, "-m", "controlpanel.webserver"]

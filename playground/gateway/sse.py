@@ -83,6 +83,11 @@ class StreamMeter:
             self.parts.append(text)
             self._chars += len(text)
 
+    def count_token(self, now_s: float) -> None:
+        """A content chunk after the first, its JSON left unread (see must_read)."""
+        self.last_s = now_s
+        self.chunks += 1
+
     @property
     def answer(self) -> str:
         return "".join(self.parts)[:ANSWER_MAX_CHARS]
@@ -136,6 +141,19 @@ def parse_payload(data: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return payload if isinstance(payload, dict) else None
+
+
+# What only the JSON can tell: usage (read from the event carrying it, usually the last), an
+# error, a finish reason (its value a string, not null). Responses and Anthropic Messages
+# (meters.py) carry their stop reason with their usage (`response.completed`, `message_delta`)
+# and name what comes before the first token in events that are read anyway (first_s unset).
+_MUST_READ = (b'"usage"', b'"error"', b'"finish_reason":"', b'"finish_reason": "')
+
+
+def must_read(data: bytes) -> bool:
+    """Whether an event after the first token must be parsed when the answer's text is not
+    kept (an API caller's: the audit row has timings and counts, not the text)."""
+    return any(marker in data for marker in _MUST_READ)
 
 
 def is_usage_only(payload: dict[str, Any]) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from playground.gateway import balance
+from playground.gateway import balance, limits
 from playground.gateway.upstream import Target
 from tests.support.private_redis import PrivateRedis
 
@@ -151,3 +151,17 @@ async def test_a_draining_replica_gets_no_new_request_even_marked_down_ones_do(
     drain.drain_end([1])
     back = await balance.acquire(targets[:1], ttl_s=60, now_s=now_s())
     assert back.target.deployment_id == 1
+
+
+async def test_a_lease_and_its_slot_are_given_back_together(counts_redis: PrivateRedis) -> None:
+    key = limits.slot_key(41)
+    slot = await limits.slot_acquire(key, limit=1, ttl_s=60)
+    lease = await balance.acquire(replicas(7), ttl_s=60, now_s=now_s())
+    assert slot is not None and balance.in_flight([7]) == {7: 1}
+    assert await limits.slot_acquire(key, limit=1, ttl_s=60) is None  # the one slot is held
+    await balance.release_with_slot(lease, slot)
+    await balance.release_with_slot(lease, slot)  # the count once only
+    assert balance.in_flight([7]) == {7: 0}
+    again = await limits.slot_acquire(key, limit=1, ttl_s=60)
+    assert again is not None
+    await again.release()

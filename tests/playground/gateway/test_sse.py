@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playground.gateway.sse import EventSplitter, event_data
+from playground.gateway.sse import EventSplitter, event_data, must_read
 
 
 @pytest.mark.parametrize(
@@ -28,3 +28,20 @@ def test_events_split_across_reads_come_out_whole() -> None:
     assert splitter.feed(b"data: on") == []
     assert splitter.feed(b"e\n\ndata: two\r\n\r\nda") == [b"data: one\n\n", b"data: two\n\n"]
     assert splitter.rest() == b"da"
+
+
+@pytest.mark.parametrize(
+    ("data", "read"),
+    [
+        (b'{"choices":[{"index":0,"delta":{"content":"t1 "},"finish_reason":null}]}', False),
+        (b'{"choices": [{"delta": {"content": "t1 "}, "finish_reason": null}]}', False),
+        (b'{"choices":[{"delta":{"content":""},"finish_reason":"length"}]}', True),
+        (b'{"choices": [{"delta": {}, "finish_reason": "stop"}]}', True),
+        (b'{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}', True),
+        (b'{"error":{"message":"engine failed"}}', True),
+    ],
+)
+def test_a_token_is_counted_unread_what_ends_or_fails_the_answer_is_read(
+    data: bytes, read: bool
+) -> None:
+    assert must_read(data) is read
