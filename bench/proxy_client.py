@@ -14,6 +14,10 @@ from urllib.parse import urlsplit
 from proxy_procs import cpu_all
 
 BODY = {"model": "bench", "messages": [{"role": "user", "content": "go"}], "stream": True}
+# A token's mark in a streamed event: chat completions' delta, Anthropic Messages' text_delta
+# (its message_start already holds "content": [], so the chat mark would time the wrong event).
+MARKS = {"/v1/messages": b'"text_delta"'}
+CHAT_MARK = b'"content"'
 
 
 @dataclass
@@ -32,7 +36,9 @@ class Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
-    async def post(self, path: str, body: bytes, headers: dict[str, str]) -> Stream:
+    async def post(
+        self, path: str, body: bytes, headers: dict[str, str], mark: bytes = CHAT_MARK
+    ) -> Stream:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
         assert self.reader is not None
@@ -46,9 +52,9 @@ class Connection:
             raise RuntimeError(f"{path} answered {status}")
         first, chunks = None, 0
         async for data in self._body(response_headers):
-            if first is None and b'"content"' in data:
+            if first is None and mark in data:
                 first = time.perf_counter()
-            chunks += data.count(b'"content"')
+            chunks += data.count(mark)
         ended = time.perf_counter()
         if response_headers.get("connection", "").lower() == "close":
             self.close()
@@ -125,7 +131,9 @@ async def run_level(
     """
     urls = [urlsplit(u) for u in ([url] if isinstance(url, str) else url)]
     parts = urls[0]
-    body = json.dumps({**BODY, "model": model}).encode()
+    mark = MARKS.get(parts.path, CHAT_MARK)
+    extra = {"max_tokens": 4096} if parts.path in MARKS else {}  # Messages requires it
+    body = json.dumps({**BODY, "model": model, **extra}).encode()
     conns = [
         Connection(u.hostname or "127.0.0.1", u.port or 80)
         for u in (urls[i % len(urls)] for i in range(concurrency))
@@ -133,16 +141,18 @@ async def run_level(
 
     async def one_connection(index: int, conn: Connection) -> list[Stream]:
         await asyncio.sleep(index * (stagger_s or 0.0))
-        return [await conn.post(parts.path, body, headers) for _ in range(rounds)]
+        return [await conn.post(parts.path, body, headers, mark) for _ in range(rounds)]
 
     try:
-        await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))  # warm up
+        await asyncio.gather(*(c.post(parts.path, body, headers, mark) for c in conns))  # warm up
         ttfts, tokens = [], 0
         cpu_before = cpu_all(pids)
         started = time.perf_counter()
         if stagger_s is None:
             for _ in range(rounds):
-                streams = await asyncio.gather(*(c.post(parts.path, body, headers) for c in conns))
+                streams = await asyncio.gather(
+                    *(c.post(parts.path, body, headers, mark) for c in conns)
+                )
                 ttfts += [s.ttft_s for s in streams]
                 tokens += sum(s.chunks for s in streams)
         else:

@@ -37,6 +37,10 @@ and p90 over direct, throughput as % of direct, and the server's CPU per request
 Shardboard process, plus its private redis-server apart; the router's process). --runs N
 repeats the whole side-by-side N times with fresh processes and prints each run's table;
 --base REV adds Shardboard at git REV (a worktree, this tree's virtualenv) as a fourth way in.
+With --messages (on by default; --no-messages: off), the same stream is also sent as an
+Anthropic Messages request (`/v1/messages`, a vLLM row: transformers serve has none) through
+Shardboard and straight to its own stand-in (the first token: the first `text_delta` event),
+so its added TTFT stands beside chat completions' (vllm-router is asked chat only).
 
 --rate-limits: the gateway's per-token and per-user limits (gateway.ratelimit) switched on, so
 high that they never refuse: every request pays its Lua script in Redis and its tokens'
@@ -317,6 +321,12 @@ def main() -> int:
         help="vllm-router side by side (default: when its virtualenv exists; see above)",
     )
     parser.add_argument("--runs", type=int, default=1, help="side-by-side runs (--peer)")
+    parser.add_argument(
+        "--messages",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="--peer: also /v1/messages (Anthropic) through Shardboard, against its own direct run",
+    )
     parser.add_argument(
         "--base", metavar="REV", help="--peer: also Shardboard at git REV (a worktree) beside"
     )

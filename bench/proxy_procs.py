@@ -49,10 +49,13 @@ def prepare_database(env: dict[str, str], upstream_port: int) -> str:
     return prepare_replicas(env, {"bench": [upstream_port]})
 
 
-def prepare_replicas(env: dict[str, str], deployments: dict[str, list[int]]) -> str:
+def prepare_replicas(
+    env: dict[str, str], deployments: dict[str, list[int]], engines: dict[str, str] | None = None
+) -> str:
     """Migrate, create an operator, a token and, per name, one running replica row per engine
     port (the first stands for the deployment, the others are its replicas); returns the
-    token."""
+    token. `engines`: a name's engine (default transformers; the gateway serves /v1/messages
+    only for engines that answer it)."""
     subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=ROOT, env=env, check=True)
     script = (
         "import json\n"
@@ -63,10 +66,12 @@ def prepare_replicas(env: dict[str, str], deployments: dict[str, list[int]]) -> 
         "u = User.objects.create_user('bench-operator', password='x')\n"
         "u.groups.add(Group.objects.get_or_create(name='operator')[0])\n"
         "h = Host.objects.create(name='bench', queue='host.bench', backend='simulated', simulated=True)\n"
+        f"engines = json.loads({json.dumps(engines or {})!r})\n"
         f"for name, ports in json.loads({json.dumps(deployments)!r}).items():\n"
         "    first = None\n"
         "    for i, port in enumerate(ports, 1):\n"
-        "        d = Deployment.objects.create(name=name, model_id='/m', engine='transformers',"
+        "        d = Deployment.objects.create(name=name, model_id='/m', "
+        " engine=engines.get(name, 'transformers'),"
         " host=h, status='running', bind_host='127.0.0.1', port=port, created_by=u,"
         " replica_index=i, replica_of=first)\n"
         "        first = first or d\n"
@@ -83,9 +88,11 @@ def prepare_replicas(env: dict[str, str], deployments: dict[str, list[int]]) -> 
     return out.stdout.strip().splitlines()[-1]
 
 
-def start_upstream(port: int, tokens: int, interval_ms: float) -> subprocess.Popen[bytes]:
+def start_upstream(
+    port: int, tokens: int, interval_ms: float, dialect: str = "transformers"
+) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "tests.support.stub_upstream", "--port", str(port)]
-    cmd += ["--tokens", str(tokens), "--interval-ms", str(interval_ms), "--dialect", "transformers"]
+    cmd += ["--tokens", str(tokens), "--interval-ms", str(interval_ms), "--dialect", dialect]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL)
 
 

@@ -19,7 +19,7 @@ from proxy_procs import (
     ROOT,
     bench_env,
     free_port,
-    prepare_database,
+    prepare_replicas,
     start_redis,
     start_server,
     start_upstream,
@@ -30,6 +30,7 @@ from proxy_procs import (
 BLOCKS = 3
 ROUNDS = {1: 30, 8: 9, 32: 9}  # per level, split over the blocks
 PATH = "/v1/chat/completions"
+MESSAGES = "/v1/messages"  # Anthropic Messages: the same stream in its own events, via Shardboard
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Way:
     url: str
     headers: dict[str, str]
     pids: dict[str, int]  # "cpu": the server (children included), "redis": its Redis
+    model: str = "bench"
+    baseline: str = "direct"  # the direct way it is compared with (itself: it is one)
 
 
 def load_average() -> str:
@@ -62,7 +65,7 @@ async def measure(ways: dict[str, Way], levels: list[int], rounds: dict[int, int
     names = list(ways)
     for concurrency in levels:
         for way in ways.values():  # every process's first requests
-            await run_level(way.url, way.headers, concurrency, 1, {})
+            await run_level(way.url, way.headers, concurrency, 1, {}, model=way.model)
         per_block = [
             rounds[concurrency] // BLOCKS + (i < rounds[concurrency] % BLOCKS)
             for i in range(BLOCKS)
@@ -72,10 +75,14 @@ async def measure(ways: dict[str, Way], levels: list[int], rounds: dict[int, int
             shift = block % len(names)
             for name in names[shift:] + names[:shift]:
                 way = ways[name]
-                got[name].append(await run_level(way.url, way.headers, concurrency, n, way.pids))
-        direct = Level.joined(got["direct"])
-        for name in names[1:]:
-            rows.append(_row(name, concurrency, direct, Level.joined(got[name])))
+                level = await run_level(
+                    way.url, way.headers, concurrency, n, way.pids, model=way.model
+                )
+                got[name].append(level)
+        for name, way in ways.items():
+            if way.baseline != name:
+                direct = Level.joined(got[way.baseline])
+                rows.append(_row(name, concurrency, direct, Level.joined(got[name])))
     return rows
 
 
@@ -96,16 +103,24 @@ def _row(name: str, streams: int, direct: Level, way: Level) -> Row:
 
 def one_run(args: argparse.Namespace, levels: list[int], workers: int) -> list[Row]:
     rounds = {c: args.rounds or ROUNDS.get(c, 3) for c in levels}
-    upstream_port, redis_port, router_port = (free_port() for _ in range(3))
+    upstream_port, redis_port, router_port, messages_port = (free_port() for _ in range(4))
     with tempfile.TemporaryDirectory(prefix="proxy-peer-") as tmp:
         env = bench_env(Path(tmp))
         env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
-        token = prepare_database(env, upstream_port)
+        # /v1/messages goes to a vLLM row (transformers serve has no Messages API): its own
+        # stand-in in the vllm dialect, its own direct baseline.
+        names = {"bench": [upstream_port], "bench-messages": [messages_port]}
+        token = prepare_replicas(env, names, engines={"bench-messages": "vllm"})
         upstream = start_upstream(upstream_port, args.tokens, args.interval_ms)
-        procs = [upstream, start_redis(redis_port, Path(tmp))]
+        messages = start_upstream(messages_port, args.tokens, args.interval_ms, "vllm")
+        procs = [upstream, start_redis(redis_port, Path(tmp)), messages]
         redis_pid, base = procs[1].pid, "http://127.0.0.1"
         auth = {"Authorization": f"Bearer {token}"}
         ways = {"direct": Way(f"{base}:{upstream_port}{PATH}", {}, {"cpu": upstream.pid})}
+        direct_m = "direct messages"
+        if args.messages:
+            url = f"{base}:{messages_port}{MESSAGES}"
+            ways[direct_m] = Way(url, {}, {"cpu": messages.pid}, baseline=direct_m)
         try:
             servers = [(server, ROOT, "") for server in args.server.split(",")]
             if args.base:  # the same server from a worktree of that revision, beside this tree
@@ -116,8 +131,11 @@ def one_run(args: argparse.Namespace, levels: list[int], workers: int) -> list[R
                 name = "shardboard" if "," not in args.server else f"shardboard-{server}"
                 pids = {"cpu": procs[-1].pid, "redis": redis_pid}
                 ways[name + rev] = Way(f"{base}:{port}{PATH}", auth, pids)
+                if args.messages and not rev:
+                    url = f"{base}:{port}{MESSAGES}"
+                    ways[f"{name} messages"] = Way(url, auth, pids, "bench-messages", direct_m)
                 wait_port(port)
-            for port in (upstream_port, redis_port):
+            for port in (upstream_port, redis_port, messages_port):
                 wait_port(port)
             log = Path(tmp) / "vllm-router.log"
             procs.append(

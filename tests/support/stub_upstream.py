@@ -2,7 +2,8 @@
 
 Used where a real engine cannot show the property under test: when exactly chunks leave the
 engine, whether the client went away, how a failing engine answers. Speaks both streaming
-dialects: "transformers" (usage on the last chunk, no [DONE]) and "vllm" ([DONE], usage chunk).
+dialects: "transformers" (usage on the last chunk, no [DONE]) and "vllm" ([DONE], usage chunk);
+/v1/messages streams Anthropic Messages events whatever the dialect.
 
     python -m tests.support.stub_upstream --port 0 --tokens 64 --interval-ms 5
 """
@@ -193,6 +194,8 @@ def _events(path: str, n: int, dialect: str, body: dict[str, Any]) -> list[bytes
 
 @functools.lru_cache(maxsize=64)
 def _events_of(path: str, n: int, dialect: str, include_usage: bool) -> list[bytes]:
+    if path.endswith("/v1/messages"):
+        return _message_events(n)
     chunks = [_chunk(path, f"t{i} ", "length" if i == n - 1 else None) for i in range(n)]
     if dialect == "transformers":
         chunks[-1]["usage"] = _usage(n)
@@ -200,6 +203,28 @@ def _events_of(path: str, n: int, dialect: str, include_usage: bool) -> list[byt
         chunks.append({"object": "chat.completion.chunk", "choices": [], "usage": _usage(n)})
     events = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
     return events + ([b"data: [DONE]\n\n"] if dialect == "vllm" else [])
+
+
+def _message_events(n: int) -> list[bytes]:
+    """An Anthropic Messages stream as vLLM 0.33 sends it: message_start, one text block of
+    `n` deltas, message_delta with the usage, message_stop (each with its `event:` line)."""
+    message = {"id": "msg_stub", "type": "message", "role": "assistant", "content": []}
+    message |= {"model": "stub", "usage": {"input_tokens": 3, "output_tokens": 0}}
+    events: list[tuple[str, dict[str, Any]]] = [("message_start", {"message": message})]
+    events.append(
+        ("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+    )
+    for i in range(n):
+        delta = {"type": "text_delta", "text": f"t{i} "}
+        events.append(("content_block_delta", {"index": 0, "delta": delta}))
+    events.append(("content_block_stop", {"index": 0}))
+    stop = {"stop_reason": "max_tokens", "stop_sequence": None}
+    events.append(("message_delta", {"delta": stop, "usage": {"output_tokens": n}}))
+    events.append(("message_stop", {}))
+    return [
+        b"event: %s\ndata: %s\n\n" % (name.encode(), json.dumps({"type": name, **data}).encode())
+        for name, data in events
+    ]
 
 
 def _whole(path: str, n: int) -> dict[str, Any]:
