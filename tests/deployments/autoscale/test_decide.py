@@ -26,7 +26,7 @@ def series(
             ttft_p90_s=t,
             tpot_p90_s=0.02,
             **base,
-        )  # fmt: skip
+        )
         for i, t in enumerate(ttfts)
     ]
 
