@@ -172,6 +172,8 @@ SHARDBOARD_STOP_GRACE_S = env.env_float("SHARDBOARD_STOP_GRACE_S", 30, low=0.5, 
 # Before that SIGTERM: how long a stopping replica, already out of the gateway's rotation, is
 # given to finish the streams it holds (deployments.live.drain); 0: no wait.
 SHARDBOARD_DRAIN_GRACE_S = env.env_float("SHARDBOARD_DRAIN_GRACE_S", 60, low=0, high=3600)
+# The autoscaler's pace: one pass over every scaling policy (deployments.host.autoscaler).
+SHARDBOARD_AUTOSCALE_TICK_S = env.env_float("SHARDBOARD_AUTOSCALE_TICK_S", 5, low=0.2, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
 # A model over several hosts runs on a Ray cluster of its own (deployments.host.ray):
 # `ray` must be the one of vLLM's environment (empty: the `ray` next to SHARDBOARD_VLLM_BIN);
