@@ -106,9 +106,11 @@ def test_a_policy_set_in_the_browser_follows_the_load(
         headers = bearer_for(operator)
         with ThreadPoolExecutor(CLIENTS) as pool:
             clients = [pool.submit(load, asgi_server.url, headers, stop) for _ in range(CLIENTS)]
-            expect(page.locator("#autoscale-replicas")).to_have_text(re.compile("^[23]$"))
-            wait_for(lambda: first.group().filter(status="running").count() >= 2, timeout_s=120)
-            stop.set()
+            try:
+                expect(page.locator("#autoscale-replicas")).to_have_text(re.compile("^[23]$"))
+                wait_for(lambda: first.group().filter(status="running").count() >= 2)
+            finally:
+                stop.set()  # else a failed wait leaves the clients looping and the test hung
             lost = sum(c.result(timeout=120) for c in clients)
         assert lost == 0
         expect(page.locator("#autoscale-replicas")).to_have_text("1", timeout=120_000)
