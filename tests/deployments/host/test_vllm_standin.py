@@ -3,45 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.llama_server import free_port
+from tests.support.standins import standin
 from tests.support.waiting import wait_for
 
-STANDIN = Path(__file__).resolve().parents[2] / "support" / "vllm_standin.py"
 KEY = "sk-standin"
-
-
-@contextmanager
-def standin(*args: str, **env: str) -> Iterator[str]:
-    port = free_port()
-    argv = [sys.executable, str(STANDIN), "serve", "m", "--served-model-name", "tiny",
-            "--host", "127.0.0.1", "--port", str(port), "--tensor-parallel-size", "1", *args]  # fmt: skip
-    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _healthy(url))
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def samples(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
