@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -51,6 +52,14 @@ def test_a_far_breach_asks_for_more_at_once_but_at_most_double_and_the_maximum()
     assert run(SLO, series([7.5] * 12)).replicas == 4  # ceil(2 × 2.5) = 5, doubled 4, max 4
     one = series([5.0] * 12, replicas=1)
     assert run(SLO, one).replicas == 2
+
+
+def test_a_queue_asks_for_the_replicas_it_needs_at_once() -> None:
+    queued = series([3.8] * 12, replicas=1, running=8.0, waiting=20.0)
+    assert run(SLO, queued).replicas == 4  # ceil(28 / (0.7 × 8)) = 5, the maximum 4
+    assert run(replace(SLO, max_replicas=16), queued).replicas == 5
+    no_capacity = replace(SLO, capacity_per_replica=None, max_replicas=16)
+    assert run(no_capacity, queued).replicas == 2  # the ratio alone: at most doubling
 
 
 def test_no_change_within_a_window_of_the_last_one() -> None:
