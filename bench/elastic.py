@@ -1,6 +1,6 @@
 """A time-compressed load ramp against a deployment with a scaling policy (issue 30, part 7).
 
-    .venv/bin/python bench/elastic.py [--rates 2,10,1] [--phase-s 30,90,90] [--slo-s 1]
+    .venv/bin/python bench/elastic.py [--rates 2,10,1] [--phase-s 60,120,120] [--slo-s 1]
 
 Real parts on loopback: a host worker process (`manage.py hostworker`, the autoscaler's leased
 loop inside it) on 8 simulated H100s, the web server (`python -m controlpanel.webserver`: the
@@ -58,14 +58,14 @@ class Run:
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--rates", default="2,10,1", help="requests/s of each phase")
-    p.add_argument("--phase-s", default="30,90,90", help="seconds of each phase")
+    p.add_argument("--phase-s", default="60,120,120", help="seconds of each phase")
     p.add_argument("--slo-s", type=float, default=1.0, help="p90 TTFT target and SLO")
     p.add_argument("--token-s", type=float, default=0.05)
     p.add_argument("--max-tokens", type=int, default=20)
     p.add_argument("--max-num-seqs", type=int, default=4)
     p.add_argument("--max-replicas", type=int, default=8)
-    p.add_argument("--up-after-s", type=float, default=5)
-    p.add_argument("--down-after-s", type=float, default=20)
+    p.add_argument("--up-after-s", type=float, default=3)
+    p.add_argument("--down-after-s", type=float, default=15)
     p.add_argument("--ready-delay-s", type=float, default=2, help="the engine's model load")
     p.add_argument("--seed", type=int, default=1)
     return p.parse_args()

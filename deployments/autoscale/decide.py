@@ -3,7 +3,7 @@
 Up fast, down slowly, with hysteresis: up when every observation of the last `up_after_s`
 breaches a target, by as much as the worst breach asks (at most doubling) or, where the
 replicas' capacity is known, as many as the requests in the engines (running and waiting)
-need at 70 % of it, whichever is more; down one replica
+fill, whichever is more; down one replica
 at a time when the last `down_after_s` were calm — no request waiting, every figure well
 under its target, and the load would still fit on one replica fewer. Nothing moves while a
 replica is still starting or within a cool-down of the last change. Below one replica is
@@ -122,8 +122,9 @@ def _scale_up(
     wanted = min(2 * current, max(current + 1, math.ceil(current * ratio)))
     if capacity := policy.capacity_per_replica:
         # What the requests in the engines now (running and queued) need at once: a queue
-        # grows while replicas start, so the ratio alone would chase it step by step.
-        demand = math.ceil((latest.running + latest.waiting) / (FIT_FRACTION * capacity))
+        # grows while replicas start, so the ratio alone would chase it step by step. At full
+        # capacity, not FIT_FRACTION: the queue is a backlog that drains, not the steady load.
+        demand = math.ceil((latest.running + latest.waiting) / capacity)
         wanted = max(wanted, demand)
     wanted = min(ceiling, wanted)
     reason = f"{worst.text('over')} for {_num(policy.up_after_s)} s: {current} → {wanted} replicas"

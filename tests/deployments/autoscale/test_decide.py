@@ -55,8 +55,8 @@ def test_a_far_breach_asks_for_more_at_once_but_at_most_double_and_the_maximum()
 
 
 def test_a_queue_asks_for_the_replicas_it_needs_at_once() -> None:
-    queued = series([3.8] * 12, replicas=1, running=8.0, waiting=20.0)
-    assert run(SLO, queued).replicas == 4  # ceil(28 / (0.7 × 8)) = 5, the maximum 4
+    queued = series([3.8] * 12, replicas=1, running=8.0, waiting=32.0)
+    assert run(SLO, queued).replicas == 4  # ceil(40 / 8) = 5, the maximum 4
     assert run(replace(SLO, max_replicas=16), queued).replicas == 5
     no_capacity = replace(SLO, capacity_per_replica=None, max_replicas=16)
     assert run(no_capacity, queued).replicas == 2  # the ratio alone: at most doubling
