@@ -144,7 +144,7 @@ def _scale_down(
         return None
     if not all(_calm(policy, o, current) for o in window):
         return None
-    figures = ", ".join(s.text("under") for s in _signals(policy, window[-1])) or "no target"
+    figures = ", ".join(s.text("under") for s in _signals(policy, window[-1])) or "no request timed"
     peak = max(o.running for o in window)
     reason = (
         f"calm for {_num(policy.down_after_s)} s ({figures}; at most {_num(peak)} running, "
