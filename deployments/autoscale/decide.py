@@ -6,7 +6,8 @@ replicas' capacity is known, as many as the requests in the engines (running and
 fill, whichever is more; down one replica
 at a time when the last `down_after_s` were calm — no request waiting, every figure well
 under its target, and the load would still fit on one replica fewer. Nothing moves while a
-replica is still starting or within a cool-down of the last change. Below one replica is
+replica is still starting or within a window of the last change, and no scale-up before the
+replicas added last have served a whole window (their backlog is not theirs to judge by). Below one replica is
 never this controller's call (min 0 is the idle sleep's job).
 """
 
@@ -116,6 +117,8 @@ def _scale_up(
     window = _window(series, policy.up_after_s, since_s, now_s)
     if not window or current >= ceiling or not all(_breaches(policy, o) for o in window):
         return None
+    if any(o.serving < current for o in window):
+        return None  # the last replicas added have not served a whole window yet
     latest = window[-1]
     worst = max(_breaches(policy, latest), key=lambda s: s.value / s.target)
     ratio = worst.value / worst.target

@@ -68,6 +68,14 @@ def test_no_change_within_a_window_of_the_last_one() -> None:
     assert run(SLO, obs, last_change_s=obs[-1].at_s - 50).changed
 
 
+def test_no_second_step_before_the_added_replicas_served_a_whole_window() -> None:
+    obs = series([3.8] * 12, replicas=4)
+    started = [Observation(**{**_fields(o), "serving": 1}) for o in obs[:-2]] + obs[-2:]
+    roomy = replace(SLO, max_replicas=8)
+    assert not run(roomy, started, last_change_s=obs[0].at_s).changed
+    assert run(roomy, obs, last_change_s=obs[0].at_s).changed
+
+
 def test_holds_while_a_replica_starts() -> None:
     obs = series([9.0] * 12)
     starting = [*obs[:-1], Observation(**{**_fields(obs[-1]), "serving": 1})]
