@@ -181,6 +181,8 @@ SHARDBOARD_DRAIN_GRACE_S = env.env_float("SHARDBOARD_DRAIN_GRACE_S", 60, low=0, 
 # starts (then a 503 with Retry-After). A cold start of a large vLLM model takes minutes.
 SHARDBOARD_IDLE_CHECK_S = env.env_float("SHARDBOARD_IDLE_CHECK_S", 10, low=0.1, high=3600)
 SHARDBOARD_WAKE_HOLD_S = env.env_float("SHARDBOARD_WAKE_HOLD_S", 120, low=1, high=3600)
+# The autoscaler's pace: one pass over every scaling policy (deployments.host.autoscaler).
+SHARDBOARD_AUTOSCALE_TICK_S = env.env_float("SHARDBOARD_AUTOSCALE_TICK_S", 5, low=0.2, high=600)
 SHARDBOARD_AUTO_RESTART = env.env_bool("SHARDBOARD_AUTO_RESTART", False)
 # The planner's correction learned per (GPU model, vLLM version) from recorded starts
 # (deployments.catalog.corrections); off: every plan is the planner's alone.

@@ -31,6 +31,7 @@ urlpatterns = [
     path("", include("monitoring.urls")),
     path("", include("deployments.catalog.urls")),
     path("", include("deployments.lifecycle.urls")),
+    path("", include("deployments.autoscale.urls")),
     path("", include("playground.urls")),
     path("", include("benchmarks.urls")),
     path("", include("teams.urls")),

@@ -12,6 +12,7 @@ import os
 from django.conf import settings
 
 from controlpanel.celery import app, host_queue
+from deployments.host import autoscaler  # noqa: F401  (the leased autoscaler loop)
 from deployments.host import watchdog as deployments_worker  # noqa: F401  (engine watchdog, reconcile)
 from monitoring.host import worker as monitoring_worker  # noqa: F401  (connects its signal handlers)
 

@@ -1,9 +1,10 @@
 """Deployments, their GPU leases and timelines (`core`), the Ray node of each host a
 deployment spans (`raynode`), model weights on the hosts (`weights`), the phases of an engine's
 start (`launchphases`), what each start printed beside its plan (`observations`), and a deployment's state derived from its replicas' (`replicas`, no
-model). One package so that no module grows past a screenful of models; every caller
+model), its scaling policy (`autoscale`). One package so that no module grows past a screenful of models; every caller
 imports from here."""
 
+from .autoscale import ScalingPolicy
 from .core import (
     ACTIVE,
     HOLDS_NAME,
@@ -38,6 +39,7 @@ __all__ = [
     "Outcome",
     "Phase",
     "RayNode",
+    "ScalingPolicy",
     "StartObservation",
     "Status",
     "can_move",
