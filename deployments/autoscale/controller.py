@@ -29,7 +29,9 @@ from deployments.lifecycle.scaling import deployment_scale
 from deployments.models import ACTIVE, Deployment, ScalingPolicy, Status
 
 log = logging.getLogger(__name__)
-LIVE = frozenset(ACTIVE) - {Status.STOPPING}
+# A sleeping deployment is the idle sleep's (deployments.host.idle): its next request wakes it,
+# and the controller neither adds replicas to it nor counts it calm enough to remove one.
+LIVE = frozenset(ACTIVE) - {Status.STOPPING, Status.SLEEPING}
 
 
 @dataclass
