@@ -15,6 +15,11 @@ token. Printed: SLO attainment (client-side TTFT ≤ --slo-s), average and peak 
 replica-hours against a static deployment sized for the peak (the peak rate at 80 % of the
 replicas' capacity), the time from the load's rise to a new replica serving (its row
 running), and requests lost (not 200, or a stream without [DONE]).
+
+Then the idle sleep (issue 30, part 2): the deployment was launched with an idle setting
+(--sleep-after-s; vLLM sleep mode), so once the ramp's tail is over and no request came for that
+long, the host worker puts every replica to sleep (level 1 here). One request then wakes it:
+printed, wake-to-first-token beside the engine's own wake time (VLLM_STANDIN_WAKE_S, --wake-s).
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--down-after-s", type=float, default=15)
     p.add_argument("--ready-delay-s", type=float, default=2, help="the engine's model load")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--sleep-after-s", type=int, default=20, help="idle setting; 0: no sleep phase")
+    p.add_argument("--wake-s", type=float, default=1.5, help="the stand-in engine's wake time")
     return p.parse_args()
 
 
@@ -187,6 +194,8 @@ def main() -> None:
             "SHARDBOARD_AUTOSCALE_TICK_S": "1",
             "SHARDBOARD_DRAIN_GRACE_S": "30",
             "SHARDBOARD_STOP_GRACE_S": "2",
+            "VLLM_STANDIN_WAKE_S": str(args.wake_s),
+            "SHARDBOARD_IDLE_CHECK_S": "1",
         }
         worker = start_worker(work, name=HOST, gpus="8xH100-80GB@nvlink", **engine_env)
         port = free_port()
@@ -209,6 +218,7 @@ def main() -> None:
                 host_name=HOST,
                 engine="vllm",
                 plan_request=planning.PlanRequest(max_num_seqs=args.max_num_seqs),
+                sleep_after_s=args.sleep_after_s or None,
             )
             first = deployment_create(user=user, request=request)
             wait_for(lambda: Deployment.objects.get(pk=first.pk).status == "running", 120, 0.1)
@@ -224,6 +234,8 @@ def main() -> None:
             sampler.join()
             capacity_rps = args.max_num_seqs / (args.max_tokens * args.token_s)
             report(run, rise, args, capacity_rps)
+            if args.sleep_after_s:
+                wake(first.pk, f"http://127.0.0.1:{port}", token, args)
         except Exception:
             print(worker_log(work, HOST).read_text()[-4000:])
             raise
@@ -235,6 +247,28 @@ def main() -> None:
             worker.terminate()
             server.wait(30)
             worker.wait(60)
+
+
+def wake(first_pk: int, url: str, token: str, args: argparse.Namespace) -> None:
+    """Every replica asleep after the idle setting, then one request: its time to first token."""
+    from deployments.models import Deployment
+
+    def asleep() -> bool:
+        statuses = set(Deployment.objects.get(pk=first_pk).group().values_list("status", flat=True))
+        return "sleeping" in statuses and not statuses & {"pending", "starting", "running"}
+
+    wait_for(asleep, args.sleep_after_s + 120, 0.2)
+    run = Run()
+
+    async def ask() -> None:
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(headers=headers, timeout=300) as client:
+            await one(client, url, args, run)
+
+    asyncio.run(ask())
+    first = f"{run.ttfts[0]:.2f} s" if run.ttfts else "lost"
+    print(f"asleep after {args.sleep_after_s} s idle; wake → first token {first} "
+          f"(the engine's wake {args.wake_s} s; goal ≤ wake + 1 s)")  # fmt: skip
 
 
 def _operator() -> Any:
