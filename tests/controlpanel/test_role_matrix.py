@@ -69,6 +69,10 @@ EXPECTED: dict[str, str] = {
     "deployments/<int:pk>/stop/": "operator",
     "deployments/<int:pk>/relaunch/": "operator",
     "deployments/<int:pk>/scale/": "operator",
+    "deployments/<int:pk>/idle/": "operator",
+    "deployments/<int:pk>/autoscale/": "viewer",
+    "deployments/<int:pk>/autoscale/chart/": "viewer",
+    "deployments/<int:pk>/autoscale/policy/": "operator",
     "playground/": "operator",
     "playground/runs.json": "operator",
     "playground/runs/<int:run_id>/browser/": "operator",
@@ -91,6 +95,8 @@ EXPECTED: dict[str, str] = {
     "api/v1/deployments/<int:pk>": "viewer",
     "api/v1/deployments/<int:pk>/stop": "operator",
     "api/v1/deployments/<int:pk>/scale": "operator",
+    "api/v1/deployments/<int:pk>/idle": "operator",
+    "api/v1/deployments/<int:pk>/scaling-policy": "viewer",  # PUT and DELETE: Operator
     "api/v1/hosts": "viewer",
     "api/v1/gpus": "viewer",
     "api/v1/plan": "viewer",
@@ -100,6 +106,12 @@ EXPECTED: dict[str, str] = {
     "v1/chat/completions": "operator",
     "v1/completions": "operator",
     "v1/models": "operator",
+    "v1/responses": "operator",
+    "v1/responses/<str:response_id>": "operator",
+    "v1/responses/<str:response_id>/cancel": "operator",
+    "v1/messages": "operator",
+    "v1/messages/count_tokens": "operator",
+    "v1/embeddings": "operator",
 }
 ADMIN_SITE_PUBLIC = {"admin/login/", "admin/logout/"}
 EXPECTED_WS = {
@@ -214,6 +226,7 @@ def world(
         "content_type_id": 1,
         "object_id": "1",
         "id": 1,
+        "response_id": "resp_matrix",
     }
     world = World(fill, watched=[host, deployment, run, token])
     world.callers["anonymous"] = ({}, {})
