@@ -6,12 +6,24 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from controlpanel.audit import audit_record
 from deployments import planning
 from deployments.lifecycle import gguf_launch
 from deployments.lifecycle.errors import DeploymentError
 from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.lifecycle.spanning import further_hosts
-from deployments.models import Deployment, Engine
+from deployments.models import Deployment, Engine, ScalingPolicy
+
+POLICY_FIELDS = (
+    "min_replicas",
+    "max_replicas",
+    "ttft_p90_s",
+    "tpot_p90_s",
+    "waiting_per_replica",
+    "kv_usage",
+    "up_after_s",
+    "down_after_s",
+)
 
 
 def deployment_relaunch(
@@ -47,6 +59,29 @@ def deployment_relaunch(
             gguf_launch.settings_of(first, split=False) if first.engine == Engine.LLAMACPP else None
         ),
     )
-    return deployment_create(
+    launched = deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token
+    )
+    _keep_policy(first, launched, user=user, http_request=http_request)
+    return launched
+
+
+def _keep_policy(
+    old: Deployment, new: Deployment, *, user: Any, http_request: HttpRequest | None
+) -> None:
+    """The autoscaling policy goes with the relaunch, as its idle setting does: the same row
+    on the new deployment, audited as a setting of it. (Copied as a row, not through
+    autoscale.services, which imports this package.)"""
+    policy = ScalingPolicy.objects.filter(deployment=old, enabled=True).first()
+    if policy is None:
+        return
+    kept = {name: getattr(policy, name) for name in POLICY_FIELDS}
+    ScalingPolicy.objects.create(deployment=new, set_by=user, enabled=True, **kept)
+    audit_record(
+        actor=user,
+        action="deployment.autoscale_policy",
+        target_type="deployment",
+        target_id=new.pk,
+        request=http_request,
+        detail={"name": new.name, "kept_from": old.pk, **kept},
     )

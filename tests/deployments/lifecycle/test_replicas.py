@@ -3,14 +3,16 @@ with its own GPUs and lease, one audit row; refused with the planner's reason wh
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import pytest
 
 from controlpanel.models import AuditEvent
 from deployments import planning
+from deployments.autoscale.services import PolicySettings, policy_set
 from deployments.lifecycle import selectors
-from deployments.lifecycle.relaunch import deployment_relaunch
+from deployments.lifecycle.relaunch import POLICY_FIELDS, deployment_relaunch
 from deployments.lifecycle.services import (
     DeploymentError,
     LaunchRequest,
@@ -200,3 +202,18 @@ def test_a_replicas_status_push_carries_the_deployments_state(four_gpu_host, ope
     assert payload["id"] == second.pk and payload["status"] == "failed"
     assert payload["group"] == d.pk and payload["group_status"] == "degraded"
     assert payload["group_summary"] == "0/2 replicas running"
+
+
+def test_relaunch_keeps_the_autoscaling_policy(four_gpu_host, operator) -> None:
+    assert set(POLICY_FIELDS) == {f.name for f in fields(PolicySettings)}  # none forgotten
+    d = launch(operator, "elastic", 1)
+    wanted = PolicySettings(min_replicas=1, max_replicas=3, ttft_p90_s=2.5, down_after_s=90)
+    policy_set(user=operator, deployment=d, settings=wanted)
+    for r in group_of(d):
+        assert r.transition(Status.STOPPING) and r.transition(Status.STOPPED)
+        r.leases.update(active=False)
+    again = deployment_relaunch(user=operator, deployment=d)
+    kept = again.scaling_policy
+    assert (kept.max_replicas, kept.ttft_p90_s, kept.down_after_s) == (3, 2.5, 90)
+    row = AuditEvent.objects.filter(action="deployment.autoscale_policy", target_id=str(again.pk))
+    assert row.get().detail["kept_from"] == d.pk
