@@ -148,8 +148,12 @@ async def release_with_slot(lease: Lease, slot: Slot) -> None:
             pipe.zrem(inflight_key(lease.target.deployment_id), lease.member)
             pipe.zrem(slot.key, slot.member)
             await pipe.execute()
-    except (RedisError, TimeoutError) as exc:
-        logger.warning("in-flight count and slot not released (they expire): %s", exc)
+    except (RedisError, TimeoutError):
+        # redis-py retries a lone command on a pooled connection Redis closed (a restart), not a
+        # pipeline: each one alone then, with its own retry and its own warning if it fails too.
+        lease.released = False
+        await lease.release()
+        await slot.release()
 
 
 def least_loaded(counts: Sequence[int | None], offset: int = 0) -> int | None:

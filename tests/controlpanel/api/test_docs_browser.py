@@ -23,7 +23,7 @@ def test_the_docs_page_renders_offline(asgi_server: Any, viewer: Any, page: Any)
     login(page, asgi_server, viewer.username)
     page.goto(f"{asgi_server.url}/api/v1/docs")
     expect(page.locator(".swagger-ui .info .title")).to_contain_text("Shardboard API")
-    expect(page.locator(".opblock")).to_have_count(10)
+    expect(page.locator(".opblock")).to_have_count(14)
     expect(page.locator(".opblock-summary-path", has_text="/api/v1/deployments/{pk}/scale")).to_be_visible()  # fmt: skip
     assert hosts == {urlsplit(asgi_server.url).netloc}
     assert errors == []
