@@ -131,6 +131,9 @@ def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
     data = body.dict()
     data["replicas"] = str(data["replicas"])
     data["auto_restart"] = {True: "on", False: "off"}.get(data["auto_restart"], "")
+    data["gpus"] = ",".join(str(i) for i in data["gpus"])
+    data["tensor_split"] = ",".join(f"{r:g}" for r in data["tensor_split"])
+    data["allow_partial_offload"] = "on" if data["allow_partial_offload"] else ""
     return {k: "" if v is None else v for k, v in data.items()}
 
 

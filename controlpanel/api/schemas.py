@@ -84,6 +84,21 @@ class DeploymentCreateIn(Schema):
     team: str | None = Field(
         None, max_length=63, description="the team it is for; null: your only team"
     )
+    # llama.cpp's own placement (engine llamacpp), as the GGUF plan panel posts it; unset: the
+    # planner's choice on the host's free GPUs.
+    gpus: list[int] = Field(
+        default_factory=list, max_length=64, description="llamacpp: GPU indices"
+    )
+    cache_type_k: Literal["f16", "q8_0", "q4_0"] | None = Field(None, description="llamacpp: -ctk")
+    cache_type_v: Literal["f16", "q8_0", "q4_0"] | None = Field(None, description="llamacpp: -ctv")
+    flash_attn: Literal["on", "off"] | None = Field(None, description="llamacpp: -fa")
+    split_mode: Literal["layer", "row"] | None = Field(None, description="llamacpp: -sm")
+    tensor_split: list[float] = Field(
+        default_factory=list, max_length=64, description="llamacpp: -ts ratios, one per GPU"
+    )
+    allow_partial_offload: bool = Field(
+        False, description="llamacpp: layers may stay on the CPU (-ngl below the layer count)"
+    )
 
 
 class ScaleIn(Schema):

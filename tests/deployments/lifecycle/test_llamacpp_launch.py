@@ -271,3 +271,29 @@ def test_the_launch_page_and_the_api_launch_a_gguf_on_llamacpp(
     r = api.post("/api/v1/deployments", wrong, content_type="application/json")
     assert r.status_code == 409 and "is a GGUF model" in r.json()["message"], r.content
     assert not Deployment.objects.filter(name="wrong").exists()
+
+
+def test_the_api_takes_llamacpps_own_settings(
+    db_host: Host, gguf_root: Path, operator: Any
+) -> None:
+    raw = playground_services.token_create(user=operator, name="ci", scopes=[Scope.DEPLOY])[1]
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    body = {"name": "tuned", "model_ref": GGUF_REF, "host": HOST, "engine": "llamacpp"}
+    body |= {"cache_type_k": "f16", "flash_attn": "off", "gpus": [1]}
+    r = api.post("/api/v1/deployments", body, content_type="application/json")
+    assert r.status_code == 201, r.content
+    d = Deployment.objects.get(name="tuned")
+    assert (d.snapshot.engine_args.cache_type_k, d.snapshot.engine_args.flash_attn) == (
+        "f16",
+        "off",
+    )
+    assert [lease.gpu.index for lease in d.leases.filter(active=True)] == [1]
+    assert d.planned_argv[d.planned_argv.index("-fa") + 1] == "off"
+    # The demo's head dimension (16) takes no quantized K cache: the planner's own refusal.
+    quantized = {**body, "name": "quantized", "cache_type_k": "q8_0"}
+    r = api.post("/api/v1/deployments", quantized, content_type="application/json")
+    assert r.status_code == 409 and "does not divide the head dimension 16" in r.json()["message"]
+    bad = {**body, "name": "bad", "cache_type_k": "q5_1"}
+    r = api.post("/api/v1/deployments", bad, content_type="application/json")
+    assert r.status_code == 422 and "cache_type_k" in r.content.decode(), r.content
+    assert not Deployment.objects.filter(name__in=["quantized", "bad"]).exists()
