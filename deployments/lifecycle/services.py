@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
-from controlpanel.roles import Role, has_role
+from controlpanel.roles import Role
 from deployments import planning
 from deployments.catalog.corrections import fleet_corrections
 from deployments.catalog.gguf_plan import GgufOptions
@@ -25,7 +25,10 @@ from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.handoff import sealed
 from deployments.handoff.snapshot import PlanSnapshot, from_plan
-from deployments.lifecycle import cpu_hub, gguf_launch, limits
+from deployments.lifecycle import cpu_hub, gguf_launch
+from deployments.lifecycle.checks import check_name
+from deployments.lifecycle.checks import online_host as online_host
+from deployments.lifecycle.checks import require_role as require_role
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
@@ -33,7 +36,7 @@ from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
 from deployments.lifecycle.spanning import check_hosts, ray_nodes, spanned_hosts
 from deployments.live import drain
-from deployments.models import HOLDS_NAME, Deployment, Engine, Status, replicas
+from deployments.models import Deployment, Engine, Status, replicas
 from monitoring.models import Host
 from teams import membership
 
@@ -62,22 +65,6 @@ class LaunchRequest:
     # Sleep (vLLM) or scale to zero after this long without a request; None: never
     # (lifecycle.idle; a vLLM engine with a setting starts with sleep mode).
     sleep_after_s: int | None = None
-
-
-def require_role(user: Any, role: Role) -> None:
-    if not has_role(user, role):
-        raise DeploymentError(f"Your role does not allow this: it needs {role.label}.")
-
-
-def online_host(name: str) -> Host:
-    host = Host.objects.filter(name=name).first()
-    if host is None:
-        raise DeploymentError(f"Unknown host {name!r}: no host worker of that name has registered.")
-    if not host.is_online():
-        raise DeploymentError(
-            f"Host {name!r} is offline (no heartbeat lately); start its host worker."
-        )
-    return host
 
 
 def choose_plan(
@@ -146,15 +133,6 @@ def _plan_for(
     return plan
 
 
-def _check_name(name: str) -> str:
-    name = name.strip().lower()
-    if problem := limits.name_problem(name):
-        raise DeploymentError(problem)
-    if Deployment.objects.filter(name=name, status__in=list(HOLDS_NAME)).exists():
-        raise DeploymentError(f"A deployment named {name!r} is already active.")
-    return name
-
-
 def deployment_create(
     *,
     user: Any,
@@ -168,7 +146,7 @@ def deployment_create(
         team = membership.launch_team(user, request.team)
     except membership.TeamError as exc:
         raise DeploymentError(str(exc)) from exc
-    name = _check_name(request.name)
+    name = check_name(request.name)
     if problem := gguf_launch.engine_problem(request.engine, request.model_ref):
         raise DeploymentError(problem)
     if request.engine == Engine.LLAMACPP and (
