@@ -135,17 +135,13 @@ def test_detail_page_shows_the_engine_lines_live(
     d = running(operator, worker, "far-live")
     login(page, asgi_server, operator.username)
     page.goto(f"{asgi_server.url}/deployments/{d.pk}/")
-    page.wait_for_function(
-        "() => document.getElementById('log').textContent.includes('Uvicorn')",
-        timeout=BROWSER_WAIT_MS,
-    )
+    started = "() => document.getElementById('log').textContent.includes('Uvicorn')"
+    page.wait_for_function(started, timeout=BROWSER_WAIT_MS)
     page.evaluate("() => { window.notReloaded = true; }")
     marker = uuid.uuid4().hex
     engine_logs(d, marker)
-    page.wait_for_function(
-        f"() => document.getElementById('log').textContent.includes('{marker}')",
-        timeout=BROWSER_WAIT_MS,
-    )
+    shipped = f"() => document.getElementById('log').textContent.includes('{marker}')"
+    page.wait_for_function(shipped, timeout=BROWSER_WAIT_MS)
     assert page.evaluate("() => window.notReloaded === true")  # arrived live, not by a reload
     text = page.locator("#log").text_content()
     assert d.engine_api_key() not in text and HUB_LIKE_TOKEN not in text
