@@ -39,17 +39,27 @@ class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channel
         if user is None or not user.is_authenticated:
             await self.close(code=4401)
             return
-        if not await database_sync_to_async(has_role)(user, self.required_role):
-            await self.close(code=4403)
-            return
-        if (code := await self.refusal(user)) is not None:
-            await self.close(code=code)
-            return
-        await self.accept()
-        # In self.groups, so that Channels leaves it on disconnect whatever a subclass does.
+        # Joined before the role is read again: a change saved after that read is then told to
+        # this socket, where joining after the accept left a window in which a deactivation or
+        # demotion was missed and the socket stayed open. In self.groups, so that Channels
+        # leaves it on disconnect whatever a subclass does.
         self.groups = [*self.groups, access_group(user.pk)]
         await self.channel_layer.group_add(self.groups[-1], self.channel_name)
+        fresh = await database_sync_to_async(_reload)(user.pk)  # the scope's copy may predate it
+        if fresh is None or not await database_sync_to_async(has_role)(fresh, self.required_role):
+            await self.refuse(4403)
+            return
+        if (code := await self.refusal(fresh)) is not None:
+            await self.refuse(code)
+            return
+        await self.accept()
         await self.on_accepted(user)
+
+    async def refuse(self, code: int) -> None:
+        # Refused before the accept, a socket may never see websocket.disconnect: leave now.
+        for group in self.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.close(code=code)
 
     async def access_changed(self, message: dict[str, Any]) -> None:
         user = await database_sync_to_async(_reload)(self.scope["user"].pk)
