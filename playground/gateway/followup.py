@@ -20,8 +20,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from controlpanel.audit import client_ip
 from deployments.models import Deployment
-from playground.gateway import dbwork, rows, sse
-from playground.gateway.access import AccessError, authenticate_async
+from playground import tokens
+from playground.gateway import dbwork, ratelimit, rows, sse
+from playground.gateway.access import AccessError, authenticate_async, bearer_credential
 from playground.gateway.asgi import RelayResponse
 from playground.gateway.engine_client import Answer, EngineIOError
 from playground.gateway.errors import error_response
@@ -75,6 +76,13 @@ async def follow(request: HttpRequest, response_id: str, *, cancel: bool) -> Htt
     except AccessError as exc:
         return error_response(exc.status, exc.kind, exc.message)
     target: Target | None = None
+    # A follow-up is a request like any other for the caller's requests-per-minute limits: a
+    # client polling a response would otherwise be the one unlimited way into the engines.
+    if (rated := await _rate_checked(request, caller)) is not None:
+        await _audit(
+            request, caller, None, Outcome("rate_limited", 429, error=rated.message), started_s
+        )
+        return ratelimit.refusal_response(rated)
     try:
         target = await _target(caller, response_id)
         answer = await _ask(request, target, response_id, cancel=cancel)
@@ -102,6 +110,15 @@ async def follow(request: HttpRequest, response_id: str, *, cancel: bool) -> Htt
     if outcome.http_status != 200:
         return error_response(502, "engine_error", outcome.error)
     return HttpResponse(raw, status=200, content_type="application/json")
+
+
+async def _rate_checked(request: HttpRequest, caller: Caller) -> ratelimit.Refusal | None:
+    rate_limits = ratelimit.limits_of(caller)
+    if not rate_limits.any:
+        return None
+    credential = bearer_credential(request) if caller.via == "token" else None
+    bearer = ratelimit.bearer_id(tokens.token_hash(credential)) if credential else ""
+    return await ratelimit.admit(caller.user.pk, bearer, time.time(), rate_limits)
 
 
 async def _target(caller: Caller, response_id: str) -> Target:

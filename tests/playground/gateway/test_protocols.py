@@ -4,6 +4,7 @@ by the real OpenAI and Anthropic SDKs: against the vLLM 0.33 stand-in
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -239,3 +240,31 @@ def test_transformers_serve_answers_responses_through_the_gateway(
     rows = sorted(_audit("/v1/responses", 2), key=lambda r: r.pk)
     assert all(r.detail["status"] == "ok" for r in rows)
     assert all((r.detail["usage"]["completion"] or 0) >= 1 for r in rows)
+
+
+def test_follow_ups_count_against_the_tokens_requests_per_minute(
+    server: Any, engine: ProtocolEngine, big: Any, operator: Any
+) -> None:
+    """A retrieve or cancel is a request like any other for the rate limits: a client polling a
+    response is not an unlimited way into the engine."""
+    from openai import OpenAI, RateLimitError
+
+    from playground import token_limits
+
+    token, raw = services.token_create(user=operator, name="poller")
+    token_limits.limits_set(user=operator, token_id=token.pk, rpm_limit=3, tokens_per_day_limit=None)  # fmt: skip
+    left_s = 60 - time.time() % 60
+    if left_s < 20:  # the counts are per UTC minute: start with 20 s of this one left
+        time.sleep(left_s + 0.5)
+    client = OpenAI(base_url=f"{server.url}/v1", api_key=raw, max_retries=0)
+    response = client.responses.create(model="big", input="hello there")
+    assert client.responses.retrieve(response.id).id == response.id
+    assert client.responses.retrieve(response.id).id == response.id
+    seen = len(engine.seen)
+    with pytest.raises(RateLimitError) as refused:
+        client.responses.retrieve(response.id)
+    assert "3 requests per minute" in refused.value.message
+    assert refused.value.response.headers["Retry-After"]
+    assert len(engine.seen) == seen  # refused before the engine was asked
+    rows = sorted(_audit("/v1/responses", 4), key=lambda r: r.pk)
+    assert [r.detail["http_status"] for r in rows if "follow_up" in r.detail] == [200, 200, 429]
