@@ -4,28 +4,14 @@ the request: the same checks and audit row."""
 from typing import Any
 
 from django.http import Http404, HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Router, Status
 
 from controlpanel.api.auth import DEPLOY, READ, principal
-from controlpanel.api.schemas import REFUSALS, Message
+from controlpanel.api.schemas import REFUSALS, Message, ScalingPolicyIn
 from deployments.autoscale import selectors, services
-from deployments.lifecycle.scaling import MAX_REPLICAS
 from deployments.models import Deployment
 
 router = Router(tags=["deployments"])
-
-
-class ScalingPolicyIn(Schema):
-    min_replicas: int = Field(
-        ge=0, le=MAX_REPLICAS, description="0: the autoscaler stops at 1 (below is idle sleep's)"
-    )
-    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
-    ttft_p90_s: float | None = Field(None, gt=0, description="p90 time-to-first-token SLO")
-    tpot_p90_s: float | None = Field(None, gt=0, description="p90 time-per-output-token SLO")
-    waiting_per_replica: float | None = Field(None, gt=0)
-    kv_usage: float | None = Field(None, gt=0, le=1, description="KV-cache usage, 0..1")
-    up_after_s: float = Field(15.0, ge=1, le=3600)
-    down_after_s: float = Field(60.0, ge=1, le=86400)
 
 
 class ScalingPolicyOut(ScalingPolicyIn):

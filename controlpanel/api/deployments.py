@@ -3,6 +3,7 @@ the UI calls, with the request, so its checks and its audit row are the UI's own
 
 from typing import Any
 
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from ninja import Router, Status
@@ -19,6 +20,7 @@ from controlpanel.api.schemas import (
 from deployments.catalog.selectors import session_hub_token
 from deployments.lifecycle import idle, scaling, selectors, services
 from deployments.lifecycle.forms import LaunchForm
+from deployments.lifecycle.policy import POLICY_FIELDS
 from deployments.models import Deployment, RayNode, replicas
 from teams import membership
 
@@ -58,7 +60,7 @@ def deployment_create(request: HttpRequest, body: DeploymentCreateIn) -> Status[
     form = LaunchForm(_form_data(body), teams=teams)
     if not form.is_valid():
         field, errors = next(iter(form.errors.items()))
-        raise ApiError(422, f"body.{field}: {errors[0]}")
+        raise ApiError(422, f"body.{_where(field)}: {errors[0]}")
     first = services.deployment_create(
         user=user,
         request=form.launch_request(),
@@ -129,12 +131,21 @@ def _loaded() -> QuerySet[Deployment]:
 def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
     """The body as the launch form's POST data: one set of rules for both."""
     data = body.dict()
+    data.update(data.pop("scaling_policy") or {})  # the form's Autoscaling fields
     data["replicas"] = str(data["replicas"])
     data["auto_restart"] = {True: "on", False: "off"}.get(data["auto_restart"], "")
     data["gpus"] = ",".join(str(i) for i in data["gpus"])
     data["tensor_split"] = ",".join(f"{r:g}" for r in data["tensor_split"])
     data["allow_partial_offload"] = "on" if data["allow_partial_offload"] else ""
     return {k: "" if v is None else v for k, v in data.items()}
+
+
+def _where(field: str) -> str:
+    """The body's name for a launch form field (the form's only whole-form errors are the
+    scaling policy's)."""
+    if field in POLICY_FIELDS:
+        return f"scaling_policy.{field}"
+    return "scaling_policy" if field == NON_FIELD_ERRORS else field
 
 
 def _hosts(first: Deployment) -> list[str]:

@@ -50,6 +50,32 @@ class DeploymentOut(Schema):
     woke_at: datetime | None = Field(None, description="when it last woke or started on demand")
 
 
+class _PolicyBounds(Schema):
+    """A scaling policy's fields but its min (deployments.lifecycle.policy.PolicySettings)."""
+
+    max_replicas: int = Field(ge=1, le=SCALE_MAX)
+    ttft_p90_s: float | None = Field(None, gt=0, description="p90 time-to-first-token SLO")
+    tpot_p90_s: float | None = Field(None, gt=0, description="p90 time-per-output-token SLO")
+    waiting_per_replica: float | None = Field(None, gt=0)
+    kv_usage: float | None = Field(None, gt=0, le=1, description="KV-cache usage, 0..1")
+    up_after_s: float = Field(15.0, ge=1, le=3600)
+    down_after_s: float = Field(60.0, ge=1, le=86400)
+
+
+class ScalingPolicyIn(_PolicyBounds):
+    min_replicas: int = Field(
+        ge=0, le=SCALE_MAX, description="0: the autoscaler stops at 1 (below is idle sleep's)"
+    )
+
+
+class LaunchPolicyIn(_PolicyBounds):
+    """A scaling policy set with the launch: ScalingPolicyIn's fields, its min optional."""
+
+    min_replicas: int | None = Field(
+        None, ge=0, le=SCALE_MAX, description="null: the replicas launched"
+    )
+
+
 class DeploymentCreateIn(Schema):
     """As the launch form: blank plan fields take vLLM's defaults."""
 
@@ -83,6 +109,11 @@ class DeploymentCreateIn(Schema):
     )
     team: str | None = Field(
         None, max_length=63, description="the team it is for; null: your only team"
+    )
+    scaling_policy: LaunchPolicyIn | None = Field(
+        None,
+        description="autoscale from the launch (as PUT …/scaling-policy); null: the replica "
+        "count stays as launched. Not with replicas max nor further hosts",
     )
     # llama.cpp's own placement (engine llamacpp), as the GGUF plan panel posts it; unset: the
     # planner's choice on the host's free GPUs.

@@ -7,43 +7,27 @@ from typing import Any
 from django import forms
 
 from deployments.autoscale.services import PolicySettings
-from deployments.lifecycle.scaling import MAX_REPLICAS
+from deployments.lifecycle.policy_form import MIN_ZERO_HELP, PolicyFields, settings_of
+
+# Required here, with these first values: the page sets a whole policy at once.
+REQUIRED = {"min_replicas": 1, "max_replicas": 4, "up_after_s": 15, "down_after_s": 60}
 
 
-class PolicyForm(forms.Form):
-    min_replicas = forms.IntegerField(
-        min_value=0,
-        max_value=MAX_REPLICAS,
-        initial=1,
-        help_text="0 is allowed: the autoscaler never goes below 1 replica; below 1 is the idle "
-        "sleep's job (scale to zero after idle).",
-    )
-    max_replicas = forms.IntegerField(min_value=1, max_value=MAX_REPLICAS, initial=4)
-    ttft_p90_s = forms.FloatField(required=False, min_value=0.001, label="p90 TTFT SLO (s)")
-    tpot_p90_s = forms.FloatField(required=False, min_value=0.0001, label="p90 TPOT SLO (s)")
-    waiting_per_replica = forms.FloatField(
-        required=False, min_value=0.01, label="Waiting requests a replica"
-    )
-    kv_usage = forms.FloatField(
-        required=False, min_value=0.01, max_value=1, label="KV-cache usage (0–1)"
-    )
-    up_after_s = forms.FloatField(min_value=1, max_value=3600, initial=15, label="Up after (s)")
-    down_after_s = forms.FloatField(
-        min_value=1, max_value=86400, initial=60, label="Down after (s)"
-    )
+class PolicyForm(PolicyFields):
+    field_order = ["min_replicas", "max_replicas"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, initial in REQUIRED.items():
+            field = self.fields[name]
+            field.required, field.initial, field.help_text = True, initial, ""
+        self.fields["min_replicas"].help_text = MIN_ZERO_HELP
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if not self.errors and (problem := self.settings(data).problem()):
+        if not self.errors and (problem := settings_of(data).problem()):
             raise forms.ValidationError(problem)
         return data
 
-    @staticmethod
-    def settings(data: dict[str, Any]) -> PolicySettings:
-        given: dict[str, Any] = {
-            k: data[k] for k in PolicySettings.__dataclass_fields__ if data.get(k) is not None
-        }
-        return PolicySettings(**given)
-
     def policy_settings(self) -> PolicySettings:
-        return self.settings(self.cleaned_data)
+        return settings_of(self.cleaned_data)

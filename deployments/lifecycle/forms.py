@@ -1,4 +1,5 @@
-"""The launch form: model, host, engine and the plan overrides (blank = vLLM's default)."""
+"""The launch form: model, host, engine, the plan overrides (blank = vLLM's default) and an
+optional scaling policy (blank = the replica count stays as launched)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from django import forms
 from django.conf import settings
 
 from deployments import planning
-from deployments.lifecycle import idle, limits
+from deployments.lifecycle import idle, launch_policy, limits
 from deployments.lifecycle.gguf_form import LlamaCppFields, gguf_options
 from deployments.lifecycle.gguf_launch import LAUNCHABLE_ENGINES
+from deployments.lifecycle.policy import POLICY_FIELDS
+from deployments.lifecycle.policy_form import PolicyFields
 from deployments.lifecycle.services import LaunchRequest
 from deployments.models import Engine
 from deployments.planning.search.request import MAX_REPLICAS
@@ -24,7 +27,7 @@ def _host_choices() -> list[tuple[str, str]]:
     ]
 
 
-class LaunchForm(LlamaCppFields):
+class LaunchForm(LlamaCppFields, PolicyFields):
     name = forms.CharField(
         max_length=limits.NAME_MAX_CHARS,
         help_text=f"{limits.NAME_RULE[0].upper()}{limits.NAME_RULE[1:]}.",
@@ -123,6 +126,19 @@ class LaunchForm(LlamaCppFields):
             )
         return int(text)
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if set(self.errors) & {"replicas", "hosts", *POLICY_FIELDS}:
+            return data  # the policy is checked whole, once each of its fields is clear
+        hosts = data.get("hosts") or ()
+        policy = launch_policy.from_form(data, replicas=data.get("replicas"), hosts=hosts)
+        if isinstance(policy, launch_policy.Refusal):
+            field, message = policy
+            self.add_error(field or None, message if field else f"Autoscaling: {message}")
+        else:
+            data["scaling_policy"] = policy
+        return data
+
     def clean_name(self) -> str:
         name = str(self.cleaned_data["name"]).strip().lower()
         if problem := limits.name_problem(name):
@@ -157,4 +173,5 @@ class LaunchForm(LlamaCppFields):
             gpu_indices=data.get("gpus"),
             llamacpp=gguf_options(data) if data["engine"] == Engine.LLAMACPP else None,
             sleep_after_s=idle.minutes_to_s(data.get("sleep_after_min")),
+            scaling_policy=data.get("scaling_policy"),
         )

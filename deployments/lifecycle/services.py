@@ -25,12 +25,13 @@ from deployments.catalog.registered import host_inventory, planner_host
 from deployments.catalog.sources import ModelSource, ModelSourceError, load_spec, resolve_source
 from deployments.handoff import sealed
 from deployments.handoff.snapshot import PlanSnapshot, from_plan
-from deployments.lifecycle import cpu_hub, gguf_launch
+from deployments.lifecycle import cpu_hub, gguf_launch, launch_policy
 from deployments.lifecycle.checks import check_name
 from deployments.lifecycle.checks import online_host as online_host
 from deployments.lifecycle.checks import require_role as require_role
 from deployments.lifecycle.dispatch import enqueue as _enqueue
 from deployments.lifecycle.errors import DeploymentError as DeploymentError
+from deployments.lifecycle.policy import PolicySettings
 from deployments.lifecycle.reservations import ReservationConflict as ReservationConflict
 from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.reservations import reserve_gpus as reserve_gpus
@@ -65,6 +66,7 @@ class LaunchRequest:
     # Sleep (vLLM) or scale to zero after this long without a request; None: never
     # (lifecycle.idle; a vLLM engine with a setting starts with sleep mode).
     sleep_after_s: int | None = None
+    scaling_policy: PolicySettings | None = None  # created with it (lifecycle.launch_policy)
 
 
 def choose_plan(
@@ -179,8 +181,13 @@ def deployment_create(
         "hub_token": hub_token,
         "team": team,
         "sleep_after_s": request.sleep_after_s,
+        "scaling_policy": request.scaling_policy,
     }
     check_hosts(request.host_name, request.hosts, request.replicas)
+    if refused := launch_policy.refusal(
+        request.scaling_policy, replicas=request.replicas, hosts=request.hosts
+    ):
+        raise DeploymentError(refused.message)
     for attempt in range(RESERVE_ATTEMPTS):
         if not isinstance(source, ModelSource):  # llama.cpp: its GGUF plans on each attempt
             gguf = gguf_launch.plan_gguf(
@@ -284,9 +291,11 @@ def _create(
             "pipeline_parallel_size": snapshot.engine_args.pipeline_parallel_size,
             "auto_restart": options["auto_restart"],
             "sleep_after_s": options["sleep_after_s"],
+            "scaling_policy": options["scaling_policy"] is not None,
             "hub_token": "the launcher's own" if options["hub_token"] else "none given",
         },
     )
+    launch_policy.create(first, options["scaling_policy"], user=user, http_request=http_request)
     for row in rows:
         transaction.on_commit(partial(_enqueue, "deployments.launch", row, [row, first]))
     return first
