@@ -209,7 +209,8 @@ def main() -> None:
         first = None
         try:
             wait_for(lambda: Host.objects.filter(name=HOST, gpus__isnull=False).exists(), 60)
-            # The stand-in plays vLLM on a GPU host (a simulated one runs transformers).
+            # The stand-in plays vLLM on a GPU host, with sleep mode (on simulated GPUs vLLM
+            # runs on the CPU in their place, where it cannot sleep).
             Host.objects.filter(name=HOST).update(simulated=False)
             wait_port(port, 60)
             request = LaunchRequest(

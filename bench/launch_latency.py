@@ -140,6 +140,7 @@ def one_round(user: Any, i: int, ready_timeout_s: float) -> dict[str, float]:
         name=f"bench-{os.getpid()}-{i}",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",  # the stub or transformers serve (SHARDBOARD_TRANSFORMERS_BIN)
         plan_request=planning.PlanRequest(tensor_parallel_size=1),
     )
     t_request, boot_request = time.time(), boot_clock_s()

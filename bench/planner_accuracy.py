@@ -10,7 +10,6 @@ start-ups: recorded ones re-planned, or ``--gguf-live`` to start llama-server fo
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import sys
@@ -21,9 +20,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from deployments.catalog.case_format import plan_options, read_cases  # noqa: E402
 from deployments.catalog.modelfiles import ModelFilesError  # noqa: E402
 from deployments.catalog.plan_cli import PlanCliError, load_model, run_plan  # noqa: E402
-from deployments.planning import GpuMemory, PlanningError  # noqa: E402
+from deployments.planning import (  # noqa: E402
+    Cpu,
+    GpuMemory,
+    Host,
+    Inventory,
+    PlanningError,
+    PlanRequest,
+    plan,
+    result_to_json,
+)
 from deployments.planning.memory.versions import profile_for  # noqa: E402
 from deployments.planning.model.families import FAMILIES, model_family  # noqa: E402
 from deployments.planning.search.margin import band  # noqa: E402
@@ -38,39 +47,47 @@ def cases_dir() -> Path:
     return Path(os.environ.get("PLANNER_CASES_DIR") or ROOT.parent / "shared" / "planner-cases")
 
 
-def options(row: dict[str, str], models: Path) -> dict[str, Any]:
-    tp, pp = int(row["tp"]), int(row["pp"])
-    return {
-        "model": str(models / row["model"]),
-        "gpus": f"{tp * pp}x{row['gpu_gib']}GiB",
-        "tp": tp,
-        "pp": pp,
-        "dtype": row["dtype"] or "auto",
-        "quantization": row["quantization"] or None,
-        "kv_cache_dtype": row["kv_cache_dtype"] or "auto",
-        "max_model_len": int(row["max_model_len"]),
-        "gpu_memory_utilization": float(row["gmu"]),
-        "block_size": int(row["block_size"]) if row["block_size"] else None,
-        # the project's cases only: a start-up that set --max-num-batched-tokens
-        "max_num_batched_tokens": int(row.get("max_num_batched_tokens") or 0) or None,
-        "vllm_version": row["vllm_version"],
-        "json": True,
-    }
-
-
 def predict(row: dict[str, str], models: Path) -> dict[str, Any] | None:
+    """The planner's first plan for this case as it was started; None if it refused."""
+    if row.get("device") == "cpu":
+        return predict_cpu(row, models)
     try:
-        return json.loads(run_plan(options(row, models)))["plans"][0]
+        return json.loads(run_plan(plan_options(row, models)))["plans"][0]
     except PlanCliError:
         return None
 
 
+# The machine the generated CPU cases ran on (bench/kv_groundtruth.py): AVX2, no AVX-512.
+CASE_CPU_ISA = ("avx2",)
+
+
+def predict_cpu(row: dict[str, str], models: Path) -> dict[str, Any] | None:
+    """A start of vLLM's CPU build: its CPU (the RAM vLLM logged, in ``gpu_gib``), the KV space
+    it was given, planned through ``planning.plan`` as the panel plans a CPU."""
+    opts = plan_options(row, models)
+    ram = round(float(row["gpu_gib"] or 0) * GIB) or 64 * GIB
+    cpu = Cpu("case CPU", cores=max(2, opts["tp"]), total_bytes=ram, free_bytes=ram,
+              isa=CASE_CPU_ISA)  # fmt: skip
+    request = PlanRequest(
+        device="cpu",
+        tensor_parallel_size=opts["tp"],
+        dtype=opts["dtype"],
+        kv_cache_dtype=opts["kv_cache_dtype"],
+        max_model_len=opts["max_model_len"],
+        max_num_batched_tokens=opts["max_num_batched_tokens"],
+        block_size=opts["block_size"],
+        kv_cache_bytes=opts["kv_cache_memory_bytes"],
+        enforce_eager=opts["enforce_eager"],
+        vllm_version=opts["vllm_version"],
+    )
+    try:
+        result = plan(load_model(opts["model"]), Inventory((Host("case", (), cpu=cpu),)), request)
+    except (PlanningError, ModelFilesError):
+        return None
+    return result_to_json(result)["plans"][0] if result.plans else None
+
+
 PROJECT_CASES = ROOT / "tests" / "deployments" / "planning" / "fixtures" / "cases"
-
-
-def read_cases(root: Path) -> list[dict[str, str]]:
-    with (root / "cases.tsv").open(encoding="utf-8") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
 
 
 def main() -> int:
@@ -79,7 +96,35 @@ def main() -> int:
     print(f"project cases ({PROJECT_CASES.relative_to(ROOT)}: cited start-ups, see its README):")
     evaluate(PROJECT_CASES, empty="no case")
     print()
+    evaluate_cpu(CPU_CASES)
+    print()
     return 0 if evaluate_gguf(live="--gguf-live" in sys.argv) else 2
+
+
+CPU_CASES = ROOT / "tests" / "deployments" / "planning" / "fixtures" / "cpu_cases"
+
+
+def evaluate_cpu(root: Path) -> None:
+    """bench/kv_groundtruth.py's starts of the CPU vLLM on shape-true tiny models: KV tokens
+    and concurrency against the logged figures, per family (the note's first words)."""
+    rows = read_cases(root)
+    print(f"generated CPU cases ({root.relative_to(ROOT)}; vLLM 0.32 CPU, {len(rows)} starts):")
+    fams: dict[str, list[int]] = {}  # family -> [cases, fits agree, started, exact, 1 block]
+    for row in rows:
+        best = predict(row, root / "models")
+        fits, ok = bool(best and best["fits"]), row["expect_status"] == "ok"
+        fam = fams.setdefault(row["note"].split(":")[0] if ok else "refused by vLLM", [0] * 5)
+        fam[0] += 1
+        fam[1] += fits == ok
+        if ok and best and fits:
+            diff = abs(best["kv_cache_tokens"] - int(row["kv_tokens"]))
+            block = max(int(b) for b in (row["block_sizes"] or "128").split(","))
+            fam[2] += 1
+            fam[3] += diff == 0
+            fam[4] += diff <= block
+    for name, (n, agree, started, exact, within) in fams.items():
+        figures = f", KV tokens exact {exact}/{started}, within a block {within}/{started}"
+        print(f"  {name:<28} {n} case(s): fits {agree}/{n}{figures if started else ''}")
 
 
 def evaluate_gguf(*, live: bool) -> bool:

@@ -121,6 +121,7 @@ async def run_level(
     pids: dict[str, int],
     stagger_s: float | None = None,
     model: str = "bench",
+    extra_body: dict[str, object] | None = None,
 ) -> Level:
     """`rounds` requests on each of `concurrency` keep-alive connections (to ``url``, or,
     given several, connection i to the i-th modulo their number: the same path on each).
@@ -128,12 +129,13 @@ async def run_level(
     Burst (stagger_s None): every round starts all streams at once and waits for all.
     Staggered: connection i starts i * stagger_s later and then sends its requests back to
     back, so that streams start evenly spread, as in a steady state of that many streams.
+    `extra_body`: more fields of every request (a real engine's max_tokens, ignore_eos).
     """
     urls = [urlsplit(u) for u in ([url] if isinstance(url, str) else url)]
     parts = urls[0]
     mark = MARKS.get(parts.path, CHAT_MARK)
     extra = {"max_tokens": 4096} if parts.path in MARKS else {}  # Messages requires it
-    body = json.dumps({**BODY, "model": model, **extra}).encode()
+    body = json.dumps({**BODY, "model": model, **extra, **(extra_body or {})}).encode()
     conns = [
         Connection(u.hostname or "127.0.0.1", u.port or 80)
         for u in (urls[i % len(urls)] for i in range(concurrency))

@@ -9,6 +9,8 @@
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab \
         [--variant NAME=[git:REV,]ENV=VALUE[,ENV=VALUE]]... [--levels 8,32] [--blocks 7]
     flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --ab --rate-limits
+    flock /tmp/shardboard-bench.lock .venv/bin/python bench/proxy_overhead.py --vllm --runs 3 \
+        [--levels 1,8] [--tokens 64]
 
 Starts, on loopback only: a stand-in engine streaming N tokens at a fixed rate
 (tests/support/stub_upstream.py, its own process), a real ASGI server running Shardboard
@@ -42,6 +44,8 @@ Anthropic Messages request (`/v1/messages`, a vLLM row: transformers serve has n
 Shardboard and straight to its own stand-in (the first token: the first `text_delta` event),
 so its added TTFT stands beside chat completions' (vllm-router is asked chat only).
 
+--vllm: the real vLLM (its CPU build, scripts/vllm.sh) in the stand-in's place (bench/proxy_vllm.py).
+
 --rate-limits: the gateway's per-token and per-user limits (gateway.ratelimit) switched on, so
 high that they never refuse: every request pays its Lua script in Redis and its tokens'
 charge. With --ab and no --variant: the same tree with them off against on.
@@ -64,6 +68,7 @@ sys.path.insert(0, str(ROOT))
 import proxy_peer  # noqa: E402
 import proxy_replicas  # noqa: E402
 import proxy_sidebyside  # noqa: E402
+import proxy_vllm  # noqa: E402
 from proxy_client import Level, p, run_level, spread  # noqa: E402
 from proxy_procs import (  # noqa: E402  (bench/ is this script's own folder on sys.path)
     bench_env,
@@ -320,7 +325,8 @@ def main() -> int:
         default=None,
         help="vllm-router side by side (default: when its virtualenv exists; see above)",
     )
-    parser.add_argument("--runs", type=int, default=1, help="side-by-side runs (--peer)")
+    parser.add_argument("--runs", type=int, default=1, help="runs (--peer, --vllm)")
+    parser.add_argument("--vllm", action="store_true", help="the real vLLM as the engine")
     parser.add_argument(
         "--messages",
         action=argparse.BooleanOptionalAction,
@@ -331,6 +337,9 @@ def main() -> int:
         "--base", metavar="REV", help="--peer: also Shardboard at git REV (a worktree) beside"
     )
     args = parser.parse_args()
+    if args.vllm:
+        levels = [int(n) for n in (args.levels or "1,8").split(",")]
+        return proxy_vllm.main(args, levels, args.workers or webserver.default_workers())
     plain = not (args.replicas or args.ab or args.pin or args.arrivals != "burst")
     if args.peer or (args.peer is None and plain and proxy_peer.available()):
         levels = [int(n) for n in (args.levels or "1,8,32").split(",")]

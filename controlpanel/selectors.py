@@ -40,7 +40,7 @@ def live_data_status() -> LiveStatus:
 
 def host_overview() -> list[dict[str, Any]]:
     now = timezone.now()
-    hosts = Host.objects.in_service().prefetch_related("gpus")
+    hosts = Host.objects.in_service().with_gpus()
     return [{"host": h, "online": h.is_online(now), "gpus": list(h.gpus.all())} for h in hosts]
 
 

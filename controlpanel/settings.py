@@ -216,11 +216,32 @@ SHARDBOARD_RESTART_BACKOFF_MAX_S = env.env_float(
     "SHARDBOARD_RESTART_BACKOFF_MAX_S", 300, low=0.1, high=86400
 )
 SHARDBOARD_RESTART_MAX_ATTEMPTS = env.env_int("SHARDBOARD_RESTART_MAX_ATTEMPTS", 5, low=1, high=100)
+# The engines a host worker prepares in the background when missing (deployments.host.prepare:
+# the project's scripts, in SHARDBOARD_ENGINE_SCRIPTS_DIR), each reported on the pages; an
+# engine left out is only looked for. SHARDBOARD_LLAMA=skip leaves llama.cpp out. A launch
+# waits at most SHARDBOARD_ENGINE_WAIT_S for an engine still being prepared.
+SHARDBOARD_PREPARE_ENGINES = [
+    e
+    for e in env.env_list("SHARDBOARD_PREPARE_ENGINES", "transformers,vllm,llamacpp")
+    if not (e == "llamacpp" and env.env_str("SHARDBOARD_LLAMA", "build") == "skip")
+]
+SHARDBOARD_ENGINE_SCRIPTS_DIR = Path(
+    env.env_str("SHARDBOARD_ENGINE_SCRIPTS_DIR", str(BASE_DIR / "scripts"))
+)
+SHARDBOARD_ENGINE_WAIT_S = env.env_float("SHARDBOARD_ENGINE_WAIT_S", 3600, low=1, high=86400)
 GPU_BACKEND = env.env_str("GPU_BACKEND", "auto")
 # Which engine process groups belong to which deployment, for the sampler's memory attribution.
 SHARDBOARD_ENGINE_PGIDS = "deployments.host.watchdog.active_engine_pgids"
 SIMULATED_GPUS = env.env_str("SIMULATED_GPUS", "4xH100-80GB@nvlink")
+# A vLLM deployment on simulated GPUs runs the real vLLM on the CPU (deployments.host.
+# engine_control): the KV cache it takes from the host's RAM instead of the plan's GPU share.
+SHARDBOARD_SIMULATED_KV_CACHE_BYTES = env.env_int(
+    "SHARDBOARD_SIMULATED_KV_CACHE_BYTES", 256 << 20, low=1 << 20, high=1 << 40
+)
 SAMPLE_INTERVAL_S = env.env_float("SAMPLE_INTERVAL_S", 1.0, low=0.2, high=60)
+# The host's own CPU and RAM as a device beside its GPUs (vLLM's CPU build plans and runs on
+# it; monitoring.gpus.cpu samples it). Off: the host offers its GPUs only.
+SHARDBOARD_CPU_DEVICE = env.env_bool("SHARDBOARD_CPU_DEVICE", True)
 HEARTBEAT_STALE_S = env.env_float("HEARTBEAT_STALE_S", 30, low=2, high=3600)
 METRICS_TOKEN = env.env_str("METRICS_TOKEN", "")
 HF_TOKEN = env.env_str("HF_TOKEN", "")

@@ -14,6 +14,7 @@ from controlpanel.audittrail import export
 from controlpanel.audittrail.checkpoint import chain_status
 from controlpanel.hosts import HostRetireError, host_retire
 from controlpanel.roles import Role, role_required
+from deployments.lifecycle.engineprep import host_engines
 from deployments.lifecycle.selectors import active_rows
 from teams.membership import team_names
 
@@ -27,6 +28,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "deployments": active_rows(team),
         "teams": team_names(),
         "team": team,
+        "engines": host_engines(),
     }
     return render(request, "controlpanel/dashboard.html", context)
 

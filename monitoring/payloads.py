@@ -116,6 +116,7 @@ class TableRow:
     processes: str
     simulated: bool
     state: str  # "ok", "lost" or "error"
+    kind: str = "gpu"  # "cpu": the host's CPU and RAM (its "GPU-Util" is the CPU's)
 
 
 def _cell(value: float | int | None, unit: str) -> str:
@@ -140,8 +141,9 @@ def table_row(device: DeviceInfo, gpu: GpuSample | None, *, simulated: bool) -> 
         sm_clock=_cell(values.get("c"), "MHz"),
         throttle=", ".join(gpu.throttle_reasons) if gpu else "",
         processes=str(len(gpu.processes)) if gpu else "N/A",
-        simulated=simulated,
+        simulated=simulated and device.kind == "gpu",  # the CPU is real on a simulated host
         state=state,
+        kind=device.kind,
     )
 
 

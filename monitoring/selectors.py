@@ -152,11 +152,15 @@ def device_info(gpu: Gpu) -> DeviceInfo:
         memory_total_bytes=gpu.memory_total_bytes,
         pci_bus_id=gpu.pci_bus_id,
         numa_node=gpu.numa_node,
+        kind=gpu.kind,
     )
 
 
-def hosts_with_gpus(host: str | None = None) -> list[Host]:
-    hosts = Host.objects.in_service().prefetch_related("gpus")
+def hosts_with_gpus(host: str | None = None, *, cpu: bool = True) -> list[Host]:
+    """Hosts in service with their device rows prefetched: the CPU's too unless ``cpu`` is
+    False (where only GPUs are meant)."""
+    hosts = Host.objects.in_service()
+    hosts = hosts.with_devices() if cpu else hosts.with_gpus()
     return list(hosts.filter(name=host) if host else hosts)
 
 
@@ -176,6 +180,7 @@ def host_inventory(host: Host) -> dict[str, Any]:
                 "name": d.name,
                 "uuid": d.uuid,
                 "mt": display_value("m", d.memory_total_bytes),
+                "k": d.kind,
             }
             for d in devices
         ],
@@ -183,11 +188,15 @@ def host_inventory(host: Host) -> dict[str, Any]:
 
 
 def host_backfill(host: Host, window: str, *, now_ms: int) -> dict[str, Any]:
+    """The window of `host`'s history; for a host that is offline, the window that ends with its
+    last sample (not an empty one ending now), with when it went quiet."""
     store = history()
-    series = store.read_window(host.name, window, now_ms=now_ms, max_points=BACKFILL_MAX_POINTS)
+    latest = store.latest(host.name)
+    offline = not host.is_online()
+    end_ms = latest.ts_ms if offline and latest is not None else now_ms
+    series = store.read_window(host.name, window, now_ms=end_ms, max_points=BACKFILL_MAX_POINTS)
     own = stored_owners(host.name)
     _add_memory_split(host.name, window, series, own)
-    latest = store.latest(host.name)
     devices = present_devices(host)
     message = backfill_message(host.name, window, series, simulated=host.simulated)
     return {
@@ -195,7 +204,14 @@ def host_backfill(host: Host, window: str, *, now_ms: int) -> dict[str, Any]:
         **host_inventory(host),
         "own": own,
         "rows": rows_payload(devices, latest, simulated=host.simulated),
+        "last_heartbeat_ms": _ms(host.last_heartbeat),
+        "last_sample_ms": latest.ts_ms if latest is not None else None,
+        "window_end_ms": end_ms,
     }
+
+
+def _ms(moment: Any) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
 
 
 def backfill(window: str, host: str | None = None) -> dict[str, Any]:
@@ -245,13 +261,18 @@ def _split_point(series: dict[str, Any], sample: HostSample, n: int, own: dict[s
 
 
 def metric_snapshots() -> list[HostSnapshot]:
-    """The latest sample of every registered host that has one."""
+    """The latest sample of every registered host that has one: its GPUs (the gauges are
+    GPU metrics; the CPU row is left out)."""
     store = history()
     snapshots = []
-    for host in hosts_with_gpus():
+    for host in hosts_with_gpus(cpu=False):
         latest = store.latest(host.name)
         if latest is not None:
-            snapshots.append(HostSnapshot(host.name, host.simulated, present_devices(host), latest))
+            devices = present_devices(host)
+            indices = {d.index for d in devices}
+            gpus = tuple(g for g in latest.gpus if g.index in indices)
+            sample = dataclasses.replace(latest, gpus=gpus)
+            snapshots.append(HostSnapshot(host.name, host.simulated, devices, sample))
     return snapshots
 
 
@@ -312,6 +333,7 @@ def _css_key(text: str) -> str:
 
 
 def topology_view(host: Host) -> TopologyView:
+    """``host`` with its GPU rows prefetched (``Host.objects.with_gpus()``)."""
     gpus = [g for g in host.gpus.all() if g.present]
     indices = [g.index for g in gpus]
     links = link_map(host)
@@ -334,4 +356,4 @@ def topology_view(host: Host) -> TopologyView:
 
 
 def topology_views() -> list[TopologyView]:
-    return [topology_view(h) for h in hosts_with_gpus()]
+    return [topology_view(h) for h in hosts_with_gpus(cpu=False)]

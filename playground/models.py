@@ -50,6 +50,11 @@ class ApiToken(models.Model):
         help_text="concurrent /v1/ requests; blank: PLAYGROUND_MAX_CONCURRENT",
     )
 
+    # Space-separated model names in /v1/ (deployments or LoRA adapters); blank: any.
+    allowed_models = models.CharField(
+        max_length=2000, blank=True, help_text="models this token may use in /v1/; blank: any"
+    )
+
     class Meta:
         ordering = ["-created_at", "-id"]
 

@@ -143,3 +143,29 @@ def effective(token: ApiToken) -> dict[str, str]:
     default_slots = settings.PLAYGROUND_MAX_CONCURRENT
     out["max_concurrent"] = f"{own_slots:,}" if own_slots else f"{default_slots} (global)"
     return out
+
+
+@transaction.atomic
+def models_set(
+    *, user: Any, token_id: int, models: str, request: HttpRequest | None = None
+) -> ApiToken:
+    """Set a token's model list: its owner's token, or any for an admin."""
+    rows = ApiToken.objects.select_for_update().filter(pk=token_id, revoked_at__isnull=True)
+    if not has_role(user, Role.ADMIN):
+        rows = rows.filter(user=user)
+    token = rows.select_related("user").first()
+    if token is None:
+        raise LimitError("No such active token of yours.")
+    token.allowed_models = models
+    token.save(update_fields=["allowed_models"])
+    digest = token.token_hash
+    transaction.on_commit(lambda: token_callers.forget(digest))
+    audit_record(
+        actor=user,
+        action="playground.apitoken.models",
+        target_type="apitoken",
+        target_id=token.pk,
+        detail={"owner": token.user.get_username(), "models": models.split()},
+        request=request,
+    )
+    return token

@@ -20,5 +20,6 @@ urlpatterns = [
     path("tokens/", views.tokens_index, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.tokens_revoke, name="tokens-revoke"),
     path("tokens/<int:token_id>/limits/", views.tokens_limits, name="tokens-limits"),
+    path("tokens/<int:token_id>/models/", views.tokens_models, name="tokens-models"),
     *gateway_urlpatterns,
 ]

@@ -13,7 +13,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from controlpanel.roles import Role, role_required
-from playground import selectors, services, token_limits
+from playground import model_allowlist, selectors, services, token_limits
 from playground.gateway import targets
 from playground.token_forms import TokenForm
 
@@ -141,6 +141,23 @@ def tokens_limits(request: HttpRequest, token_id: int) -> HttpResponse:
             f"{shown['tokens_per_day_limit']} tokens per day, "
             f"{shown['max_concurrent']} concurrent requests.",
         )
+    return redirect("tokens")
+
+
+@role_required(Role.VIEWER)
+@require_POST
+def tokens_models(request: HttpRequest, token_id: int) -> HttpResponse:
+    """A token's model list, from the Tokens page (blank: any model)."""
+    try:
+        models = model_allowlist.parse(request.POST.get("allowed_models"))
+        token = token_limits.models_set(
+            user=request.user, token_id=token_id, models=models, request=request
+        )
+    except (model_allowlist.AllowlistError, token_limits.LimitError) as exc:
+        messages.error(request, str(exc))
+    else:
+        which = token.allowed_models or "any model"
+        messages.success(request, f"{token.name} may use: {which}.")
     return redirect("tokens")
 
 

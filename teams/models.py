@@ -25,6 +25,13 @@ class Team(models.Model):
         help_text="stop its running deployments once the month's GPU-hours are used up "
         "(otherwise they are only flagged)",
     )
+    # Space-separated model names in /v1/ (deployments or LoRA adapters); blank: any.
+    allowed_models = models.CharField(
+        max_length=2000,
+        blank=True,
+        help_text="model names (deployments or LoRA adapters) its members may use in /v1/, "
+        "separated by spaces; empty: any",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -31,7 +31,7 @@ class TeamUse:
 
 
 def gpus_held(team_id: int) -> int:
-    return GpuLease.objects.filter(active=True, deployment__team_id=team_id).count()
+    return GpuLease.objects.on_gpus().filter(active=True, deployment__team_id=team_id).count()
 
 
 def gpu_hours_month(team_id: int, now: datetime) -> float:
@@ -44,7 +44,8 @@ def gpu_hours_month(team_id: int, now: datetime) -> float:
         output_field=DurationField(),
     )
     total = (
-        GpuLease.objects.filter(deployment__team_id=team_id, created_at__lt=now)
+        GpuLease.objects.on_gpus()
+        .filter(deployment__team_id=team_id, created_at__lt=now)
         .filter(Q(active=True) | Q(released_at__gt=start))
         .aggregate(total=Sum(held))["total"]
     )

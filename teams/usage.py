@@ -91,19 +91,21 @@ def gpu_hours(start: datetime, end: datetime, team: str = "") -> dict[str, Serie
 
 
 def gateway_tokens(start: datetime, end: datetime) -> dict[str, Series]:
-    """Prompt + completion tokens per day, by API token and by deployment, from the audit rows
-    of gateway requests (a browser session counts as "playground (session)"), summed in the
-    database: a busy month is millions of rows."""
+    """Prompt + completion tokens per day, by API token and by deployment (a LoRA adapter's
+    apart, as "deployment:adapter"), from the audit rows of gateway requests (a browser session
+    counts as "playground (session)"), summed in the database: a busy month is millions of
+    rows."""
     names = {t.token_hash[:16]: f"{t.name} ({t.user.get_username()})" for t in _tokens()}
     by_token: Series = defaultdict(lambda: defaultdict(float))
     by_deployment: Series = defaultdict(lambda: defaultdict(float))
-    for row in _gateway_sums(start, end, "day", "bearer", "deployment"):
+    for row in _gateway_sums(start, end, "day", "bearer", "deployment", "adapter"):
         if not row["used"]:
             continue
         day, bearer = row["day"].isoformat(), row["bearer"]
         label = names.get(bearer, f"token {bearer}") if bearer else "playground (session)"
         by_token[label][day] += row["used"]
-        by_deployment[row["deployment"] or "?"][day] += row["used"]
+        where = row["deployment"] or "?"
+        by_deployment[f"{where}:{row['adapter']}" if row["adapter"] else where][day] += row["used"]
     return {"token": _plain(by_token), "deployment": _plain(by_deployment)}
 
 
@@ -118,7 +120,7 @@ _USED = _usage_part("prompt") + _usage_part("completion")
 
 def _gateway_sums(start: datetime, end: datetime, *by: str) -> Iterable[dict[str, Any]]:
     """The gateway's tokens (`used`) in [start, end), grouped by `by` (of: day, bearer,
-    deployment, actor_name)."""
+    deployment, adapter, actor_name)."""
     rows: Iterable[dict[str, Any]] = (
         AuditEvent.objects.filter(
             action="playground.request", created_at__gte=start, created_at__lt=end
@@ -127,6 +129,7 @@ def _gateway_sums(start: datetime, end: datetime, *by: str) -> Iterable[dict[str
             day=TruncDate("created_at", tzinfo=UTC),
             bearer=KeyTextTransform("bearer_id", "detail"),
             deployment=KeyTextTransform("deployment", "detail"),
+            adapter=KeyTextTransform("adapter", "detail"),
         )
         .values(*by)
         .annotate(used=Sum(_USED))

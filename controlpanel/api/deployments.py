@@ -18,6 +18,7 @@ from controlpanel.api.schemas import (
     ScaleIn,
 )
 from deployments.catalog.selectors import session_hub_token
+from deployments.engines import platforms
 from deployments.lifecycle import idle, scaling, selectors, services
 from deployments.lifecycle.forms import LaunchForm
 from deployments.lifecycle.policy import POLICY_FIELDS
@@ -137,6 +138,7 @@ def _form_data(body: DeploymentCreateIn) -> dict[str, Any]:
     data["gpus"] = ",".join(str(i) for i in data["gpus"])
     data["tensor_split"] = ",".join(f"{r:g}" for r in data["tensor_split"])
     data["allow_partial_offload"] = "on" if data["allow_partial_offload"] else ""
+    data["enable_lora"] = "on" if data["enable_lora"] else ""
     return {k: "" if v is None else v for k, v in data.items()}
 
 
@@ -168,6 +170,8 @@ def deployment_out(first: Deployment) -> dict[str, Any]:
         "model": first.snapshot.model_ref or first.model_id,
         "revision": first.revision,
         "engine": first.engine,
+        "device": first.engine_device,
+        "idle": platforms.idle_words(first.engine, first.engine_device),
         "host": first.host.name,
         "hosts": _hosts(first),
         "team": first.team.name if first.team else None,

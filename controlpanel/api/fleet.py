@@ -27,7 +27,7 @@ def host_list(request: HttpRequest) -> list[dict[str, Any]]:
     """Hosts in service with their GPUs."""
     now = timezone.now()
     hosts = list(Host.objects.in_service())
-    gpus = _gpus(Gpu.objects.filter(host__in=hosts))
+    gpus = _gpus(Gpu.objects.gpus().filter(host__in=hosts))
     by_host: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for gpu in gpus:
         by_host[gpu["host"]].append(gpu)
@@ -47,7 +47,7 @@ def host_list(request: HttpRequest) -> list[dict[str, Any]]:
 @router.get("/gpus", response={200: list[GpuOut], **REFUSALS}, auth=READ)
 def gpu_list(request: HttpRequest, host: str = "") -> list[dict[str, Any]]:
     """Every GPU of the hosts in service (of one host with `host`), with what is reserved."""
-    rows = Gpu.objects.filter(host__retired_at__isnull=True)
+    rows = Gpu.objects.gpus().filter(host__retired_at__isnull=True)
     return _gpus(rows.filter(host__name=host) if host else rows)
 
 

@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import URLPattern, URLResolver
 from ninja import NinjaAPI
 
-from controlpanel.api import audit, autoscale, deployments, errors, fleet
+from controlpanel.api import adapters, audit, autoscale, deployments, errors, fleet
 from controlpanel.api.auth import READ, ApiError, SessionAuth, TokenAuth
 from controlpanel.roles import Role
 from playground.models import Scope
@@ -52,7 +52,13 @@ class ShardboardApi(NinjaAPI):
 
 def _needs() -> dict[str, str]:
     out = {}
-    for router in (deployments.router, autoscale.router, fleet.router, audit.router):
+    for router in (
+        deployments.router,
+        adapters.router,
+        autoscale.router,
+        fleet.router,
+        audit.router,
+    ):
         for path_view in router.path_operations.values():
             for op in path_view.operations:
                 token = next(a for a in op.auth_callbacks if isinstance(a, TokenAuth))
@@ -80,6 +86,7 @@ api = ShardboardApi(
 )
 errors.install(api)
 api.add_router("/", deployments.router)
+api.add_router("/", adapters.router)
 api.add_router("/", autoscale.router)
 api.add_router("/", fleet.router)
 api.add_router("/", audit.router)

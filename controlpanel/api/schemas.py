@@ -7,6 +7,7 @@ from typing import Any, Literal
 from ninja import Field, Schema
 
 from deployments.lifecycle import limits
+from deployments.lifecycle.lora_form import MAX_LORAS
 from deployments.lifecycle.scaling import MAX_REPLICAS as SCALE_MAX
 from deployments.planning.search.request import MAX_REPLICAS
 
@@ -32,6 +33,14 @@ class DeploymentOut(Schema):
     model: str
     revision: str
     engine: str
+    device: str = Field(
+        description="where its engine runs: gpu, or cpu (a plan on the host's CPU, or any "
+        "engine of a host whose GPUs are simulated, in their place)"
+    )
+    idle: str = Field(
+        description="what an idle setting does to it: sleeps, or scales to zero (and why it "
+        "cannot sleep there)"
+    )
     host: str = Field(description="the host that runs the engine (the first stage's)")
     hosts: list[str] = Field(
         description="every host its first replica spans, the engine's first (one, unless it "
@@ -45,7 +54,7 @@ class DeploymentOut(Schema):
     created_at: datetime
     command: list[str] = Field(description="the planned engine argv")
     sleep_after_min: float | None = Field(
-        None, description="sleeps (vLLM) or scales to zero after this long idle; null: never"
+        None, description="sleeps or scales to zero (see idle) after this long idle; null: never"
     )
     woke_at: datetime | None = Field(None, description="when it last woke or started on demand")
 
@@ -86,6 +95,13 @@ class DeploymentCreateIn(Schema):
     )
     host: str = Field(max_length=100)
     engine: Literal["vllm", "transformers", "llamacpp"] = "vllm"
+    device: Literal["gpu", "cpu"] = Field(
+        "gpu",
+        description="the host's GPUs, or its CPU (vLLM's CPU build: weights and KV space in RAM)",
+    )
+    kv_cache_bytes: int | None = Field(
+        None, ge=1, le=1 << 46, description="device cpu: each rank's KV space; null: from free RAM"
+    )
     revision: str = Field("", max_length=100)
     tensor_parallel_size: int | None = Field(None, ge=1, le=64)
     pipeline_parallel_size: int | None = Field(None, ge=1, le=64)
@@ -129,6 +145,49 @@ class DeploymentCreateIn(Schema):
     )
     allow_partial_offload: bool = Field(
         False, description="llamacpp: layers may stay on the CPU (-ngl below the layer count)"
+    )
+    # vLLM's LoRA slots: adapters then load at run time (POST …/deployments/{id}/adapters)
+    enable_lora: bool = Field(False, description="vllm: --enable-lora (adapters at run time)")
+    max_loras: int | None = Field(
+        None, ge=1, le=MAX_LORAS, description="vllm: --max-loras, adapters in one batch"
+    )
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] | None = Field(
+        None, description="vllm: --max-lora-rank; null: 16"
+    )
+    max_cpu_loras: int | None = Field(
+        None, ge=1, le=1024, description="vllm: --max-cpu-loras, adapters kept loaded"
+    )
+
+
+class AdapterIn(Schema):
+    name: str = Field(max_length=limits.NAME_MAX_CHARS, description="its model name in /v1/")
+    source: str = Field(max_length=300, description="local:<root>/<path> or a Hub id")
+    revision: str = Field("", max_length=100, description="a Hub branch, tag or commit")
+
+
+class AdapterReplicaOut(Schema):
+    id: int
+    index: int
+    status: str = Field(description="loading, loaded, failed, unloading or unloaded")
+    error: str
+
+
+class AdapterOut(Schema):
+    name: str
+    source: str
+    revision: str = Field(description="the Hub commit it was read at; empty for a local one")
+    status: str = Field(description="loading, loaded, unloading, unloaded or failed")
+    parent: str = Field(description="the deployment it is loaded on")
+    base_model: str
+    rank: int
+    alpha: float
+    target_modules: list[str]
+    size_bytes: int
+    error: str
+    replicas: list[AdapterReplicaOut]
+    created_at: datetime
+    note: str = Field(
+        "", description="what vLLM does with more adapters than max_loras or max_cpu_loras"
     )
 
 
@@ -185,6 +244,14 @@ class PlanQuery(Schema):
     pipeline_parallel_size: int | None = Field(None, ge=1, le=64)
     learned_correction: Literal["on", "off"] | None = Field(
         None, description="off: without the correction learned from the fleet's recorded starts"
+    )
+    device: Literal["gpu", "cpu"] | None = Field(
+        None,
+        description="cpu: vLLM's CPU build on the hosts' CPUs (what-if `gpus` is then CORESxRAM, "
+        "such as 8x64GiB)",
+    )
+    kv_cache_bytes: int | None = Field(
+        None, ge=1, description="with device=cpu: each rank's KV space (default: from free RAM)"
     )
     # A GGUF reference (org/repo:QUANT, local:<root>/<file>.gguf) is planned for llama.cpp
     # with these instead; the vLLM fields above are ignored for it.

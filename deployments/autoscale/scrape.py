@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from controlpanel import enginehttp
+
 TTFT = "vllm:time_to_first_token_seconds"
 TPOT = "vllm:request_time_per_output_token_seconds"
 GAUGES = {
@@ -47,7 +49,7 @@ def parse(text: str) -> ReplicaMetrics:
 def scrape(base_url: str) -> ReplicaMetrics | None:
     """None when the engine does not answer (it is starting, or gone): no figures, not zero."""
     try:
-        response = httpx.get(f"{base_url}/metrics", timeout=SCRAPE_TIMEOUT_S)
+        response = enginehttp.client().get(f"{base_url}/metrics", timeout=SCRAPE_TIMEOUT_S)
         response.raise_for_status()
     except httpx.HTTPError:
         return None

@@ -47,6 +47,11 @@ def plan_argv(p: planning.Plan, source: ModelSource) -> list[str]:
     )
 
 
+def planned_env(p: planning.Plan) -> dict[str, str]:
+    """The environment the plan's `vllm serve` line needs (a CPU plan's core range per rank)."""
+    return snapshot.planned_environment(snapshot.from_plan(p), "vllm")
+
+
 def _container_model(source: ModelSource) -> str:
     return f"/models/{source.engine_model.rstrip('/').rsplit('/', 1)[-1]}"
 

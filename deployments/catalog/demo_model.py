@@ -6,15 +6,29 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the engine-cpu extra; imported where used, so the web side runs without it
     from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 COMPLETE_MARKER = ".shardboard-demo-complete"
+# Where `manage.py demo_model` writes it, under the first model root, and its GGUF (llama.cpp).
+DEMO_MODEL_DIR = "shardboard-demo-tiny-llama"
+DEMO_GGUF = "shardboard-demo-tiny-llama-gguf/demo-tiny-llama-Q8_0.gguf"
+DEMO_ADAPTER = "shardboard-demo-lora"  # a rank-8 LoRA adapter of it, to load at run time
 VOCAB_SIZE = 384
 MAX_POSITION_EMBEDDINGS = 512
 SEED = 1234
+# The demo's shape. head_dim 64: vLLM's CPU attention takes head sizes of 32 and up (head_dim 16
+# starts, then its first request fails "Unsupported CPU attention configuration: head_dim=16
+# isa=2").
+DEMO_SHAPE: dict[str, Any] = {
+    "hidden_size": 128,
+    "intermediate_size": 256,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+}
 
 # Arithmetic and chat-like lines: enough for byte-level BPE merges on the smoke prompt "1 + 1 =".
 _CORPUS = [
@@ -41,6 +55,19 @@ CHAT_TEMPLATE = (
 EOS = "<|endoftext|>"
 PAD = "<|pad|>"
 _SPECIAL_TOKENS = [EOS, PAD, "<|system|>", "<|user|>", "<|assistant|>"]
+
+
+def demo_config() -> dict[str, object]:
+    """The demo's config.json as the planner reads it (its vocabulary: the trained tokenizer's)."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        **DEMO_SHAPE,
+        "vocab_size": VOCAB_SIZE,
+        "max_position_embeddings": MAX_POSITION_EMBEDDINGS,
+        "tie_word_embeddings": True,
+        "dtype": "float32",
+    }
 
 
 def is_complete(path: Path) -> bool:
@@ -113,11 +140,7 @@ def _build_model(vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> LlamaFo
 
     config = LlamaConfig(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **DEMO_SHAPE,
         max_position_embeddings=MAX_POSITION_EMBEDDINGS,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -134,3 +157,37 @@ def _build_model(vocab_size: int, tokenizer: PreTrainedTokenizerFast) -> LlamaFo
         max_new_tokens=16,
     )
     return model
+
+
+def make_llama_shape(
+    path: Path, *, hidden_size: int, heads: int, kv_heads: int, layers: int
+) -> Path:
+    """A tiny random Llama of another shape (head_dim = hidden_size / heads) with the demo's
+    tokenizer, written once: the shapes the planner's CPU sizing is checked on against vLLM."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    path = Path(path)
+    if is_complete(path):
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = _train_tokenizer()
+    tokenizer.save_pretrained(path)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=256,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=MAX_POSITION_EMBEDDINGS,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        tie_word_embeddings=True,
+        dtype="float32",
+    )
+    torch.manual_seed(SEED)
+    LlamaForCausalLM(config).save_pretrained(path, safe_serialization=True)
+    (path / COMPLETE_MARKER).write_text("ok\n")
+    return path

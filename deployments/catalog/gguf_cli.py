@@ -112,13 +112,14 @@ def render(
         )
     if best["partial_offload"]:
         lines.append("cost: " + best["partial_offload"]["text"])
+    lines += [f"note: {best['note']}"] if best["note"] else []
     lines += [f"reason: {r}" for r in best["reasons"]]
     lines += [f"warning: {w}" for w in best["warnings"]]
     lines.append("flags: " + " ".join(best["flags"]))
     lines += ["", "Other placements:"]
     for p in plans[1:]:
         head = f"  {p.host} GPUs {','.join(str(g.index) for g in p.gpus)} -ngl {p.gpu_layers}"
-        lines.append(head + (": fits" if p.fits else f": rejected: {p.reasons[0]}"))
+        lines.append(head + (f": fits ({p.note})" if p.fits else f": rejected: {p.reasons[0]}"))
     if len(plans) == 1:
         lines.append("  (none)")
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from deployments.catalog.gguf_plan import (
 from deployments.catalog.gguf_sources import GgufSource
 from deployments.catalog.plan_panel import target_notice
 from deployments.catalog.plan_targets import PlanTarget
-from deployments.handoff.snapshot import from_llamacpp_plan
+from deployments.handoff.llamacpp_snapshot import from_llamacpp_plan
 from deployments.planning.units import GIB
 
 # What-if GPUs by default: one consumer card; the panel offers others, among them two unequal
@@ -88,6 +88,7 @@ def _alternative(p: planning.LlamaCppPlan, chosen: bool) -> dict[str, Any]:
         "fits": p.fits,
         "chosen": chosen,
         "reasons": list(p.reasons),
+        "note": p.note,
     }
 
 

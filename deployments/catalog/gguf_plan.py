@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from deployments import planning
-from deployments.handoff.snapshot import from_llamacpp_plan, planned_command
+from deployments.handoff.llamacpp_snapshot import from_llamacpp_plan
+from deployments.handoff.snapshot import planned_command
 from deployments.planning.units import GIB, MIB, gib
 
 ENGINE = "llama.cpp"
@@ -195,6 +196,7 @@ def plan_json(
         "flags": adapter_flags(plan),
         "reasons": list(plan.reasons),
         "warnings": list(plan.warnings),
+        "note": plan.note,
     }
 
 

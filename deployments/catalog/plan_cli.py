@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="spread",
         help="spread: replicas on different hosts first (the default); packed: fill hosts in turn",
     )
+    parser.add_argument(
+        "--cpu",
+        nargs="?",
+        const="registered",
+        default=None,
+        metavar="CORESxRAM",
+        help="plan vLLM's CPU build on a CPU: the registered hosts' CPUs, or a what-if "
+        "CORESxRAM[@NUMA] (8x64GiB), or 'local' (this machine's)",
+    )
+    parser.add_argument(
+        "--kv-cache-bytes",
+        dest="kv_cache_bytes",
+        type=int,
+        help="with --cpu: each rank's KV space (--kv-cache-memory-bytes); default: from free RAM",
+    )
+    parser.add_argument(
+        "--sleep-mode",
+        dest="sleep_mode",
+        action="store_true",
+        help="the engine should sleep when idle (vLLM on the CPU refuses it)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON contract")
     gguf_cli.add_gguf_arguments(parser)
 
@@ -80,7 +102,8 @@ def run_plan(options: Mapping[str, Any]) -> str:
         return _run_gguf(options)
     try:
         spec = load_model(str(options["model"]))
-        inventory = load_inventory(options.get("gpus"))
+        cpu = options.get("cpu")
+        inventory = load_cpu_inventory(str(cpu)) if cpu else load_inventory(options.get("gpus"))
         request = request_from(options)
         result = planning.plan(spec, inventory, request)
     except (planning.PlanningError, ModelFilesError) as exc:
@@ -89,6 +112,8 @@ def run_plan(options: Mapping[str, Any]) -> str:
         out = planning.result_to_json(result)
         for entry, p in zip(out["plans"], result.plans, strict=True):
             entry["command"] = list(planned_argv(p, request))
+            # what the command needs in its environment (a CPU plan's core range per rank)
+            entry["environment"] = snapshot.planned_environment(snapshot.from_plan(p), "vllm")
         return json.dumps(out, indent=2)
     first = result.plans[0] if result.plans else None
     notes = planning.layer_notes(spec, tp=first.tensor_parallel_size) if first else ()
@@ -129,6 +154,9 @@ def request_from(options: Mapping[str, Any]) -> planning.PlanRequest:
         goal=options.get("goal") or "balanced",
         replicas=replicas_option(options.get("replicas")),
         placement=options.get("placement") or "spread",
+        device="cpu" if options.get("cpu") else "gpu",
+        kv_cache_bytes=options.get("kv_cache_bytes"),
+        sleep_mode=bool(options.get("sleep_mode")),
     )
 
 
@@ -181,6 +209,46 @@ def load_inventory(gpus: str | None) -> planning.Inventory:
     return planning.Inventory(hosts)
 
 
+def load_cpu_inventory(cpu: str) -> planning.Inventory:
+    """``--cpu``: the registered hosts' CPUs, this machine's (``local``), or a what-if."""
+    if cpu == "local":
+        return _local_cpu()
+    if cpu != "registered":
+        return planning.parse_cpu(cpu)
+    try:
+        from deployments.catalog.registered import planner_host
+        from monitoring.models import Host
+
+        hosts = tuple(planner_host(h) for h in Host.objects.in_service())
+    except Exception as exc:  # no database or no foundation yet: say so in one line
+        raise PlanCliError(
+            f"no registered CPU to plan on ({exc}); pass e.g. --cpu 8x64GiB"
+        ) from None
+    if not any(h.cpu for h in hosts):
+        raise PlanCliError("no host offers its CPU; pass --cpu local, or e.g. --cpu 8x64GiB")
+    return planning.Inventory(hosts)
+
+
+def _local_cpu() -> planning.Inventory:
+    """This machine's CPU and free RAM, read as a host worker reads them."""
+    import psutil
+
+    from monitoring.gpus.cpu import read_facts
+
+    facts = read_facts()
+    cpu = planning.Cpu(
+        name=facts.name,
+        cores=facts.cores,
+        total_bytes=facts.total_bytes,
+        free_bytes=int(psutil.virtual_memory().available),
+        numa_nodes=facts.numa_nodes,
+        isa=facts.isa,
+        arch=facts.arch,
+        core_ids=facts.core_ids,
+    )
+    return planning.Inventory((planning.Host("local", (), cpu=cpu),))
+
+
 def one_line(text: str) -> str:
     """Collapse a message onto one line."""
     return " ".join(text.split())
@@ -195,7 +263,7 @@ def render(
     """Human output: per-GPU table and command of the first plan, what it reserves of each
     GPU (given the inventory), what sets the model's KV cache apart, then every other layout."""
     if not result.plans:
-        return "No layout to plan: the inventory has no GPUs."
+        return f"No layout to plan: {result.reason or 'the inventory has no GPUs'}."
     lines = _plan_block(result.plans[0], request or planning.PlanRequest())
     if inventory is not None:
         shares = planning.share_lines(result.plans[0], inventory, request or planning.PlanRequest())
@@ -217,6 +285,8 @@ def render(
 
 
 def _plan_block(p: planning.Plan, request: planning.PlanRequest) -> list[str]:
+    if p.device == "cpu":
+        return cpu_block(p, request)
     verdict = ("fits, TIGHT" if p.tight else "fits") if p.fits else "does NOT fit"
     asked = f" of {p.replicas_asked} asked" if p.replicas_asked else ""
     lines = [
@@ -240,6 +310,34 @@ def _plan_block(p: planning.Plan, request: planning.PlanRequest) -> list[str]:
     return [*lines, "command: " + " ".join(planned_argv(p, request))]
 
 
+def cpu_block(p: planning.Plan, request: planning.PlanRequest) -> list[str]:
+    """A CPU plan: one row for the host's RAM over every rank, the KV space each rank
+    allocates, and the command with its environment."""
+    verdict = "fits" if p.fits else "does NOT fit"
+    e = p.engine_settings
+    mem = p.per_gpu[0]
+    where = f"{p.gpus[0][0].host}:cpu" if p.gpus and p.gpus[0] else "cpu"
+    lines = [
+        f"CPU TP={p.tensor_parallel_size} replicas={p.replicas}: {verdict}; KV cache "
+        f"{p.kv_cache_tokens} tokens, max concurrency {p.max_concurrency:.2f} at "
+        f"{p.max_model_len} tokens",
+        f"{'device':>12} {'weights':>9} {'activ.':>8} {'engine':>8} {'KV cache':>9} "
+        f"{'total':>8} {'RAM':>8}  (GiB)",
+        f"{where:>12} {_g(mem.weights_bytes):>9} {_g(mem.activation_bytes):>8} "
+        f"{_g(mem.non_torch_bytes):>8} {_g(mem.kv_cache_bytes):>9} {_g(mem.total_bytes):>8} "
+        f"{_g(mem.gpu_total_bytes):>8}",
+    ]
+    if e.kv_cache_memory_bytes:
+        lines.append(
+            f"kv space: {e.kv_cache_memory_bytes} bytes on each rank; cores per rank: "
+            f"{e.cpu_threads_bind}"
+        )
+    lines += [f"reason: {r}" for r in p.reasons] + [f"warning: {w}" for w in p.warnings]
+    env = snapshot.planned_environment(snapshot.from_plan(p), "vllm")
+    prefix = [f"{k}={shlex.quote(v)}" for k, v in env.items()]
+    return [*lines, "command: " + " ".join([*prefix, shlex.join(planned_argv(p, request))])]
+
+
 def planned_argv(p: planning.Plan, request: planning.PlanRequest) -> tuple[str, ...]:
     """The plan's ``vllm serve`` line, from the vLLM adapter's one renderer."""
     return snapshot.planned_command(
@@ -261,6 +359,8 @@ def replica_hosts(gpus: tuple[tuple[planning.GpuRef, ...], ...], shown: int = 8)
 
 def _plan_line(p: planning.Plan) -> str:
     head = f"  TP={p.tensor_parallel_size} PP={p.pipeline_parallel_size} x{p.replicas}"
+    if p.device == "cpu":
+        head = f"  CPU TP={p.tensor_parallel_size} x{p.replicas}"
     if p.fits and p.context_clipped:
         return f"{head}: fits only with the context clipped to {p.max_model_len} tokens"
     if p.fits:

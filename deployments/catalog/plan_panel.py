@@ -11,9 +11,11 @@ from django.utils.text import slugify
 
 from deployments import planning
 from deployments.catalog.commands import docker_lines, k8s_manifest, plan_argv
+from deployments.catalog.cpu_plan import CPU_NO_IMAGE, CPU_PARTS, command_line, cpu_details
 from deployments.catalog.plan_targets import PlanTarget
 from deployments.catalog.selectors import concurrency_text
 from deployments.catalog.sources import ModelSource
+from deployments.engines import platforms
 from deployments.planning.memory.weights import pp_layer_ranges
 from deployments.planning.units import GIB
 
@@ -24,8 +26,6 @@ PARTS = (
     ("cuda_graph_bytes", "CUDA graphs"),
     ("kv_cache_bytes", "KV cache"),
 )
-
-
 # -- the plan panel ---------------------------------------------------------------------------
 
 
@@ -35,7 +35,7 @@ def plan_panel(
     """The plan panel's JSON and whether some plan fits."""
     started = time.perf_counter()
     req.validate()
-    inventory = target.inventory()
+    inventory = target.inventory(req.device)
     result = planning.plan(spec, inventory, req)
     chosen = chosen_plan(result, req)
     ok = chosen is not None and chosen.fits
@@ -58,7 +58,8 @@ def plan_panel(
         "notice": target_notice(target),
     }
     if chosen is None:
-        payload["error"] = f"{target.label} has no free GPU to plan on."
+        what = "offers no CPU" if req.device == "cpu" else "has no free GPU"
+        payload["error"] = result.reason or f"{target.label} {what} to plan on."
     else:
         payload["plan"] = _plan_view(chosen, source, target, req)
         payload["plan"]["format_notes"] = list(planning.format_notes(spec))
@@ -175,19 +176,28 @@ def _plan_view(
     details = planning.plan_details(p)
     argv = plan_argv(p, source)
     details["gpu_labels"] = _gpu_labels(p)
-    details["chart"] = chart_data(details["per_gpu"], details["gpu_labels"])
-    details["commands"] = {
-        "vllm": shlex.join(argv),
-        "docker": "\n".join(docker_lines(p, source, argv, req.vllm_version)),
-        "kubernetes": k8s_manifest(p, source, argv, req.vllm_version, default_name(source)),
-    }
+    parts = CPU_PARTS if p.device == "cpu" else PARTS
+    details["chart"] = chart_data(details["per_gpu"], details["gpu_labels"], parts)
+    if p.device == "cpu":  # vLLM's CPU build runs from the host's own install, not vLLM's image
+        details["commands"] = {
+            "vllm": command_line(p, argv),
+            "docker": CPU_NO_IMAGE,
+            "kubernetes": CPU_NO_IMAGE,
+        }
+    else:
+        details["commands"] = {
+            "vllm": shlex.join(argv),
+            "docker": "\n".join(docker_lines(p, source, argv, req.vllm_version)),
+            "kubernetes": k8s_manifest(p, source, argv, req.vllm_version, default_name(source)),
+        }
+    details["cpu"] = cpu_details(p)
     details["launch"] = launch_fields(p, source, target, req)
     hosts = launch_hosts(p, target, req)
     # the other hosts a spanning launch names; its lead is ``launch["host"]``
     details["launch_hosts"] = hosts[1:] if p.multi_host else []
     # a Hub model over several hosts: every host needs its own copy before the launch
     details["prefetch_hosts"] = hosts if p.multi_host and not source.is_local else []
-    details["launch_block"] = launch_block(p, hosts, req)
+    details["launch_block"] = launch_block(p, hosts, req) or _ray_on_cpu(p, target, hosts)
     details["kv_cache_tokens_text"] = f"{p.kv_cache_tokens:,}"
     details["max_concurrency_text"] = concurrency_text(p.max_concurrency)
     details["launch_note"] = span_note(hosts) if p.multi_host else launch_note(p)
@@ -205,7 +215,11 @@ def replicas_text(p: planning.Plan) -> str:
 
 
 def replica_rows(p: planning.Plan, shown: int = 16) -> list[str]:
-    """Where each replica runs, ``replica 2: host-2 GPUs 0, 1``; the first ``shown`` of them."""
+    """Where each replica runs, ``replica 2: host-2 GPUs 0, 1``; the first ``shown`` of them.
+    A CPU plan says what its engine takes of the CPU."""
+    if p.device == "cpu" and p.fits:
+        cpu = cpu_details(p) or {}
+        return [f"{cpu['threads_bind']} (cores per rank); KV space {cpu['kv_cache_text']}"]
     if len(p.gpus) < 2 and not p.replicas_asked:
         return []
     rows = []
@@ -213,7 +227,10 @@ def replica_rows(p: planning.Plan, shown: int = 16) -> list[str]:
         hosts: dict[str, list[str]] = {}
         for g in replica:
             hosts.setdefault(g.host, []).append(str(g.index))
-        where = "; ".join(f"{h} GPU{_s(len(i))} {', '.join(i)}" for h, i in hosts.items())
+        where = "; ".join(
+            f"{h} CPU" if p.device == "cpu" else f"{h} GPU{_s(len(i))} {', '.join(i)}"
+            for h, i in hosts.items()
+        )
         rows.append(f"replica {n}: {where}")
     if len(p.gpus) > shown:
         rows.append(f"… and {len(p.gpus) - shown} more")
@@ -241,17 +258,22 @@ def default_name(source: ModelSource) -> str:
 
 def _gpu_labels(p: planning.Plan) -> list[str]:
     first = p.gpus[0] if p.gpus else ()
+    if p.device == "cpu":
+        ranks = p.tensor_parallel_size
+        return [f"CPU · {g.host} · {ranks} rank{_s(ranks)}" for g in first] or ["CPU"]
     labels = [f"rank {i} · {g.host}:{g.index}" for i, g in enumerate(first)]
     return labels or [f"rank {i}" for i in range(len(p.per_gpu))]
 
 
-def chart_data(per_gpu: list[dict[str, int]], labels: list[str]) -> dict[str, Any]:
-    """GiB per part and GPU, for the stacked bars; capacity and budget as markers."""
-    gib = [[round(g[key] / GIB, 3) for g in per_gpu] for key, _ in PARTS]
+def chart_data(
+    per_gpu: list[dict[str, int]], labels: list[str], parts: tuple[tuple[str, str], ...] = PARTS
+) -> dict[str, Any]:
+    """GiB per part and device, for the stacked bars; capacity and budget as markers."""
+    gib = [[round(g[key] / GIB, 3) for g in per_gpu] for key, _ in parts]
     return {
         "labels": labels,
         "parts": [
-            {"name": name, "gib": values} for (_, name), values in zip(PARTS, gib, strict=True)
+            {"name": name, "gib": values} for (_, name), values in zip(parts, gib, strict=True)
         ],
         "capacity_gib": [round(g["gpu_total_bytes"] / GIB, 3) for g in per_gpu],
         "budget_gib": [round(g["budget_bytes"] / GIB, 3) for g in per_gpu],
@@ -260,6 +282,12 @@ def chart_data(per_gpu: list[dict[str, int]], labels: list[str]) -> dict[str, An
 
 def launch_note(p: planning.Plan) -> str:
     """How many engines Launch starts: the replicas asked for, else one (room for more or not)."""
+    if p.device == "cpu":
+        ranks = p.tensor_parallel_size
+        cores = p.engine_settings.cpu_threads_bind or ""
+        return (
+            f"Launch starts the engine on the host's CPU: {ranks} rank{_s(ranks)} (cores {cores})."
+        )
     gpus = p.gpus_per_replica
     where = f"{gpus} GPU{'s' if gpus != 1 else ''}"
     if p.replicas_asked > 1:
@@ -300,6 +328,9 @@ def launch_fields(
         "replicas": text(req.replicas or 1),
         "placement": req.placement,
         "learned_correction": "on" if req.learned_correction else "off",
+        # the device planned on, and a CPU plan's KV space per rank (--kv-cache-memory-bytes)
+        "device": p.device,
+        "kv_cache_bytes": text(p.engine_settings.kv_cache_memory_bytes),
     }
 
 
@@ -325,6 +356,15 @@ def launch_block(p: planning.Plan, hosts: list[str], req: planning.PlanRequest) 
     if (req.replicas or 1) != 1:
         return "A launch over several hosts runs one replica: ask for 1."
     return ""
+
+
+def _ray_on_cpu(p: planning.Plan, target: PlanTarget, hosts: list[str]) -> str:
+    """A plan over several hosts whose vLLM would run on the CPU: refused at launch, so said
+    here in place of a Launch that could only fail."""
+    if not p.multi_host:
+        return ""
+    simulated = any(h.simulated for h in target.hosts if h.name in hosts)
+    return platforms.ray_refusal(hosts=len(hosts), device=p.device, any_simulated=simulated) or ""
 
 
 def span_note(hosts: list[str]) -> str:

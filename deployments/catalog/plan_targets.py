@@ -41,7 +41,7 @@ class HostChoice:
 def host_choices() -> list[HostChoice]:
     """Hosts in service: online ones first, the most free GPUs first."""
     now = timezone.now()
-    hosts = list(Host.objects.in_service().prefetch_related("gpus"))
+    hosts = list(Host.objects.in_service().with_gpus())
     reserved = set(
         GpuLease.objects.filter(active=True, gpu__host__in=hosts).values_list("gpu_id", flat=True)
     )
@@ -103,9 +103,13 @@ class PlanTarget:
         now = timezone.now()
         return [h.name for h in self.hosts if not h.is_online(now)]
 
-    def inventory(self) -> planning.Inventory:
+    def inventory(self, device: str = "gpu") -> planning.Inventory:
+        """The hosts' devices; a what-if spec is GPUs (``4x80GiB``), or a CPU (``8x64GiB``:
+        cores x RAM) when planning on the CPU."""
         if self.hosts:
             return planning.Inventory(tuple(registered.planner_host(h) for h in self.hosts))
+        if device == "cpu":
+            return planning.parse_cpu(self.gpus_spec, host="what-if")
         return planning.parse_gpus(self.gpus_spec, host="what-if")
 
 

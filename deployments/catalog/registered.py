@@ -21,7 +21,7 @@ from django.db.models.functions import Coalesce
 from deployments import planning
 from deployments.models import GpuLease
 from monitoring import selectors as monitoring_selectors
-from monitoring.models import Host
+from monitoring.models import Gpu, Host
 
 log = logging.getLogger(__name__)
 
@@ -80,25 +80,53 @@ def reserved_bytes(gpu_ids: Iterable[int]) -> dict[int, int]:
 
 
 def planner_host(host: Host, *, only_indices: set[int] | None = None) -> planning.Host:
-    gpus = [g for g in host.gpus.all() if g.present]
-    reserved = reserved_bytes(g.pk for g in gpus)
+    """The host as the planner sees it: its GPUs (``Gpu.objects.gpus()``) and its CPU row as
+    ``planning.Host.cpu``, each with what is free of it now."""
+    gpus = list(host.gpus.gpus().filter(present=True))
+    cpu_row = host.gpus.cpus().filter(present=True).first()
+    rows = [*gpus, cpu_row] if cpu_row else gpus
+    reserved = reserved_bytes(g.pk for g in rows)
     measured = measured_by_gpu(host)
-    planned = []
-    for g in gpus:
-        free = g.memory_total_bytes - reserved.get(g.pk, 0)
-        sample = measured.get(g.index)
-        if sample is not None:
-            free = min(free - sample.outside_bytes, sample.free_bytes)
-        planned.append(
-            planning.Gpu(
-                index=g.index,
-                name=g.name,
-                total_bytes=g.memory_total_bytes,
-                free_bytes=max(free, 0),
-                busy=only_indices is not None and g.index not in only_indices,
-            )
+    free = {g.index: _free_bytes(g, reserved.get(g.pk, 0), measured.get(g.index)) for g in rows}
+    planned = tuple(
+        planning.Gpu(
+            index=g.index,
+            name=g.name,
+            total_bytes=g.memory_total_bytes,
+            free_bytes=free[g.index],
+            busy=only_indices is not None and g.index not in only_indices,
         )
-    return planning.Host(host.name, tuple(planned), host_links(host))
+        for g in gpus
+    )
+    cpu = _planner_cpu(host, cpu_row, free) if cpu_row else None
+    return planning.Host(host.name, planned, host_links(host), cpu=cpu)
+
+
+def _free_bytes(row: Gpu, reserved: int, sample: Measured | None) -> int:
+    """Total less the reservations, and less what others hold by the latest sample."""
+    free = row.memory_total_bytes - reserved
+    if sample is not None:
+        free = min(free - sample.outside_bytes, sample.free_bytes)
+    return max(free, 0)
+
+
+def _planner_cpu(host: Host, row: Gpu, free: dict[int, int]) -> planning.Cpu | None:
+    """The CPU row with the facts its worker registered (``Host.info["cpu"]``); None for a host
+    registered before it offered them."""
+    facts = (host.info or {}).get("cpu")
+    if not isinstance(facts, dict) or not facts.get("cores"):
+        return None
+    return planning.Cpu(
+        name=str(facts.get("name") or row.name),
+        cores=int(facts["cores"]),
+        total_bytes=row.memory_total_bytes,
+        free_bytes=free[row.index],
+        numa_nodes=int(facts.get("numa_nodes") or 1),
+        isa=tuple(str(f) for f in facts.get("isa") or ()),
+        arch=str(facts.get("arch") or "x86_64"),
+        core_ids=tuple(int(i) for i in facts.get("core_ids") or ()),
+        index=row.index,
+    )
 
 
 def host_inventory(host: Host, *, only_indices: set[int] | None = None) -> planning.Inventory:

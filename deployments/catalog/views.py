@@ -18,6 +18,7 @@ from deployments.catalog import cache_services, commands, gguf_selectors
 from deployments.catalog import plan_panel as panel
 from deployments.catalog import plan_targets as targets
 from deployments.catalog import selectors as sel
+from deployments.catalog.adapters import list_local_adapters
 from deployments.catalog.corrections import fleet_corrections
 from deployments.catalog.hub import HubError, HubGatedError, HubUnavailableError
 from deployments.catalog.hub.cards import SORTS
@@ -93,6 +94,9 @@ class PlanForm(forms.Form):
     pipeline_parallel_size = forms.IntegerField(required=False, min_value=1, max_value=64)
     # "off": this plan without the correction learned from the fleet's starts (corrections.py)
     learned_correction = forms.ChoiceField(required=False, choices=[("on", "on"), ("off", "off")])
+    # "cpu": vLLM's CPU build on the hosts' CPUs; its KV space per rank (blank: from free RAM)
+    device = forms.ChoiceField(required=False, choices=[(d, d) for d in planning.DEVICES])
+    kv_cache_bytes = forms.IntegerField(required=False, min_value=1, max_value=1 << 46)
 
     def plan_request(self, source: ModelSource) -> planning.PlanRequest:
         data = self.cleaned_data
@@ -113,6 +117,8 @@ class PlanForm(forms.Form):
             placement=data["placement"] or "spread",
             corrections=fleet_corrections(),
             learned_correction=data["learned_correction"] != "off",
+            device=data["device"] or "gpu",
+            kv_cache_bytes=data["kv_cache_bytes"] if data["device"] == "cpu" else None,
         )
 
     def plan(self, session: Any, hosts: Sequence[str] = ()) -> tuple[dict[str, Any], bool]:
@@ -176,6 +182,7 @@ def _page_query(request: HttpRequest, page: int) -> str:
 def models_index(request: HttpRequest) -> HttpResponse:
     context = _search_context(request)
     context["local_cards"] = sel.local_models() + gguf_selectors.local_gguf_cards()
+    context["local_adapters"] = list_local_adapters()
     context["has_token"] = bool(request.session.get(sel.SESSION_TOKEN_KEY))
     return render(request, "catalog/index.html", context)
 

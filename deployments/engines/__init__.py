@@ -22,7 +22,7 @@ from deployments.engines.base import (
 )
 from deployments.engines.llamacpp import LlamaServerAdapter
 from deployments.engines.transformers_serve import TransformersAdapter
-from deployments.engines.vllm import VllmAdapter
+from deployments.engines.vllm import VllmAdapter, cpu_env
 
 __all__ = [
     "MARKER_ENV",
@@ -40,10 +40,11 @@ __all__ = [
     "mask_argv",
     "mask_env",
     "planned_argv",
+    "planned_env",
     "register_adapter",
 ]
 
-_FACTORIES: dict[str, Callable[[], EngineAdapter]] = {
+_FACTORIES: dict[str, Callable[..., EngineAdapter]] = {
     "vllm": VllmAdapter,
     "transformers": TransformersAdapter,
     "llamacpp": LlamaServerAdapter,
@@ -54,13 +55,15 @@ def engine_names() -> tuple[str, ...]:
     return tuple(sorted(_FACTORIES))
 
 
-def get_adapter(name: str) -> EngineAdapter:
+def get_adapter(name: str, executable: str | None = None) -> EngineAdapter:
+    """`executable`: where this host has the engine (deployments.host.enginebins); None: the
+    adapter's own default."""
     try:
         factory = _FACTORIES[name]
     except KeyError:
         known = ", ".join(engine_names())
         raise UnsupportedSpec(f"unknown engine {name!r}; known: {known}") from None
-    return factory()
+    return factory(executable) if executable else factory()
 
 
 # The copy-paste command names the engine's plain executable, not this machine's path to it.
@@ -80,3 +83,11 @@ def planned_argv(name: str, spec: LaunchSpec) -> tuple[str, ...]:
 
 def register_adapter(name: str, factory: Callable[[], EngineAdapter]) -> None:
     _FACTORIES[name] = factory
+
+
+def planned_env(name: str, spec: LaunchSpec) -> dict[str, str]:
+    """The environment a user sets for `planned_argv`'s command: what the plan relies on beyond
+    the engine's defaults (vLLM on the CPU: one core range per rank), not the host's own."""
+    if name == "vllm" and spec.device == "cpu":
+        return cpu_env(spec)
+    return {}

@@ -43,7 +43,17 @@ class LaunchSpec:
     max_num_batched_tokens: int | None = None
     decode_context_parallel_size: int | None = None
     block_size: int | None = None
+    # vLLM's KV cache in bytes (--kv-cache-memory-bytes): on the CPU the budget the plan chose
+    # from the host's RAM; None leaves vLLM its gpu_memory_utilization share.
+    kv_cache_memory_bytes: int | None = None
+    # vLLM on the CPU: the cores of each TP rank, "0-3|4-7" (VLLM_CPU_OMP_THREADS_BIND)
+    cpu_threads_bind: str | None = None
     enforce_eager: bool = False
+    # vLLM's LoRA slots, loaded at run time (/v1/load_lora_adapter); other engines refuse it
+    enable_lora: bool = False
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
     sleep_mode: bool = False  # vLLM: may sleep when idle (engines.sleep); others ignore it
     runner: str | None = None  # "pooling": an embedding/classification model (vLLM --runner)
     convert: str | None = None  # vLLM --convert embed|classify
@@ -190,6 +200,12 @@ def check_common(spec: LaunchSpec) -> None:
     managed = {k for k, _ in spec.extra_env} & {MARKER_ENV, OWNER_ENV, "CUDA_VISIBLE_DEVICES"}
     if managed:
         raise UnsupportedSpec(f"extra_env may not set {sorted(managed)}: the panel sets them")
+
+
+def refuse_lora(spec: LaunchSpec, engine: str) -> None:
+    """Run-time LoRA adapters are vLLM's (its /v1/load_lora_adapter); other engines have none."""
+    if spec.enable_lora:
+        raise UnsupportedSpec(f"{engine} serves no LoRA adapters: launch with vLLM to load them")
 
 
 def reject_flags(extra_args: tuple[str, ...], forbidden: dict[str, str]) -> None:

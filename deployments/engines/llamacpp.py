@@ -19,6 +19,7 @@ from deployments.engines.base import (
     base_url,
     check_common,
     common_env,
+    refuse_lora,
     reject_flags,
 )
 
@@ -147,6 +148,7 @@ def _number(value: float) -> str:
 
 def _check(spec: LaunchSpec) -> None:
     check_common(spec)
+    refuse_lora(spec, "llama-server")
     if spec.tensor_parallel_size != 1 or spec.pipeline_parallel_size != 1 or spec.spans_hosts:
         raise UnsupportedSpec(
             "llama-server places layers with -ngl/-sm/-ts on one host: TP and PP must be 1"

@@ -3,7 +3,8 @@ lines in, figures out.
 
 vLLM 0.33's own lines (reference apis.md §1.4, vllm-memory.md; source cited at each pattern):
 the version, "Model loading took … GiB" (rank 0: the first such line), "Available KV cache
-memory", "GPU KV cache size: N tokens" and the CUDA-graph pool. transformers serve prints no
+memory", "GPU KV cache size: N tokens" and the CUDA-graph pool; its 0.32 CPU build prints the
+KV space and "CPU KV cache size: N tokens", and no weights or graph figure. transformers serve prints no
 memory figure; what it has is the count of weight tensors it loaded (its "Loading weights" bar).
 llama-server's per-device buffer lines are read by ``llamacpp_memory`` (reused here). A start
 that vLLM refused for memory says so in one of the lines of ``_FAILURES``.
@@ -28,10 +29,16 @@ _VERSION = re.compile(
 )
 # vllm/v1/worker/gpu_model_runner.py:5089 "Model loading took %s GiB memory and %.6f seconds"
 _WEIGHTS = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB")
-# vllm/v1/worker/gpu_worker.py:772-775 "Available KV cache memory: %.2f GiB"
-_KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB")
-# vllm/v1/core/kv_cache_utils.py:1136 "GPU KV cache size: %s tokens" (thousands separated)
-_KV_TOKENS = re.compile(r"GPU KV cache size: (?P<n>[\d,]+) tokens")
+# vllm/v1/worker/gpu_worker.py:772-775 "Available KV cache memory: %.2f GiB"; on the CPU (0.32,
+# v1/worker/cpu_worker.py:229-256) "Explicitly set (0.12/23.54) GiB for KV cache on node 0."
+# or "Auto set (…/…) GiB for KV cache": the space and the node's RAM, in GiB to two places
+_KV_MEMORY = re.compile(
+    r"Available KV cache memory: (?P<gib>-?[\d.]+) GiB"
+    r"|(?:Explicitly|Auto) set \((?P<cpu_gib>[\d.]+)/[\d.]+\) GiB for KV cache"
+)
+# vllm/v1/core/kv_cache_utils.py:1136 "GPU KV cache size: %s tokens" (thousands separated); the
+# pool is the device's name (0.32 kv_cache_utils.py:2327: "CPU KV cache size: 262,144 tokens")
+_KV_TOKENS = re.compile(r"\b(?:GPU|CPU)(?: \+ host)? KV cache size: (?P<n>[\d,]+) tokens")
 # vllm/v1/worker/gpu_model_runner.py:6517 "Graph capturing finished in %.0f secs, took %.2f GiB"
 _GRAPHS = re.compile(r"Graph capturing finished in [\d.]+ secs, took (?P<gib>-?[\d.]+) GiB")
 # transformers/core_model_loading.py:1831 tqdm(desc="Loading weights"): the bar's total
@@ -75,7 +82,7 @@ def read_line(figures: StartFigures, line: str) -> StartFigures:
     if figures.weights_bytes is None and (m := _WEIGHTS.search(line)):
         changes["weights_bytes"] = _gib(m["gib"])
     if figures.kv_bytes is None and (m := _KV_MEMORY.search(line)):
-        changes["kv_bytes"] = _gib(m["gib"])
+        changes["kv_bytes"] = _gib(m["gib"] or m["cpu_gib"])
     if figures.kv_tokens is None and (m := _KV_TOKENS.search(line)):
         changes["kv_tokens"] = int(m["n"].replace(",", ""))
     if figures.cuda_graph_bytes is None and (m := _GRAPHS.search(line)):

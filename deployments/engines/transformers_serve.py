@@ -15,6 +15,7 @@ from deployments.engines.base import (
     base_url,
     check_common,
     common_env,
+    refuse_lora,
     reject_flags,
 )
 
@@ -67,6 +68,7 @@ class TransformersAdapter(ExternalCommand):
 
 def _check(spec: LaunchSpec) -> None:
     check_common(spec)
+    refuse_lora(spec, "transformers serve")
     if spec.runner == "pooling":
         # transformers 5.23 routes chat, completions, responses, systemone and transcriptions
         # only (cli/serving/server.py:106-146): no /v1/embeddings to serve the model with.

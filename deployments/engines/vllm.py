@@ -1,4 +1,5 @@
-"""`vllm serve` (vLLM 0.33): an external command, never imported."""
+"""`vllm serve` (vLLM 0.33 on CUDA hosts, its 0.32 CPU build elsewhere): an external command,
+never imported."""
 
 from __future__ import annotations
 
@@ -31,7 +32,13 @@ _FORBIDDEN_EXTRA = {
     "--model": "the model is the positional argument",
     "--uds": "the panel reaches engines over TCP",
     "--swap-space": "removed in vLLM 0.33 (see --kv-offloading-size)",
+    "--enable-lora": _SET_BY_PANEL,
+    "--max-loras": _SET_BY_PANEL,
+    "--max-lora-rank": _SET_BY_PANEL,
+    "--max-cpu-loras": _SET_BY_PANEL,
+    "--lora-modules": "adapters are loaded at run time from the deployment's page",
 }
+LORA_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"  # routes /v1/load_lora_adapter (0.32, 0.33)
 
 
 class VllmAdapter(ExternalCommand):
@@ -69,6 +76,8 @@ class VllmAdapter(ExternalCommand):
         argv += _optional_flags(spec)
         if spec.enforce_eager:
             argv.append("--enforce-eager")
+        if spec.enable_lora:
+            argv.append("--enable-lora")
         if spec.sleep_mode:
             argv.append(sleep.SLEEP_FLAG)
         if spec.spans_hosts:
@@ -88,8 +97,12 @@ def _optional_flags(spec: LaunchSpec) -> list[str]:
         ("--kv-cache-dtype", spec.kv_cache_dtype),
         ("--decode-context-parallel-size", spec.decode_context_parallel_size),
         ("--block-size", spec.block_size),
+        ("--kv-cache-memory-bytes", spec.kv_cache_memory_bytes),
         ("--runner", spec.runner),  # vllm/config/model.py:163-170 (0.33)
         ("--convert", spec.convert),
+        ("--max-loras", spec.max_loras if spec.enable_lora else None),
+        ("--max-lora-rank", spec.max_lora_rank if spec.enable_lora else None),
+        ("--max-cpu-loras", spec.max_cpu_loras if spec.enable_lora else None),
     ]
     return [part for flag, value in pairs if value is not None for part in (flag, _text(value))]
 
@@ -112,8 +125,24 @@ def _env(spec: LaunchSpec) -> dict[str, str]:
         env.update(sleep.DEV_MODE_ENV)  # /sleep, /wake_up, /is_sleeping are dev-mode routes
     if spec.api_key:
         env["VLLM_API_KEY"] = spec.api_key  # read by vLLM when --api-key is absent
+    if spec.enable_lora:
+        env[LORA_UPDATING_ENV] = "True"
     if spec.spans_hosts:
         env.update(ray_env(spec))
+    if spec.device == "cpu":
+        env.update(cpu_env(spec))
+    return env
+
+
+def cpu_env(spec: LaunchSpec) -> dict[str, str]:
+    """vLLM's CPU platform (vllm/platforms/cpu.py, 0.32). One core range per TP rank: without
+    one, two ranks on one NUMA node refuse to start ("Not enough allowed NUMA nodes to bind
+    threads"). VLLM_CPU_KVCACHE_SPACE, a legacy whole number of GiB that would override
+    --kv-cache-memory-bytes, is not inherited from the worker (supervisor/processes.py): set
+    empty, every worker dies reading it (envs.py: int(""))."""
+    env: dict[str, str] = {}
+    if spec.cpu_threads_bind:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpu_threads_bind
     return env
 
 
@@ -130,12 +159,12 @@ def ray_env(spec: LaunchSpec) -> dict[str, str]:
 
 def _check(spec: LaunchSpec) -> None:
     check_common(spec)
-    if spec.device != "cuda":
-        raise UnsupportedSpec("the vllm engine runs on CUDA hosts; use transformers on CPU")
     if spec.tensor_parallel_size < 1 or spec.pipeline_parallel_size < 1:
         raise UnsupportedSpec("tensor and pipeline parallel sizes must be at least 1")
+    if spec.device == "cpu":
+        _check_cpu(spec)
     gpus_needed = spec.tensor_parallel_size * spec.pipeline_parallel_size
-    if not spec.spans_hosts and len(spec.gpu_indices) != gpus_needed:
+    if spec.device == "cuda" and not spec.spans_hosts and len(spec.gpu_indices) != gpus_needed:
         raise UnsupportedSpec(
             f"TP {spec.tensor_parallel_size} x PP {spec.pipeline_parallel_size} needs "
             f"{gpus_needed} GPUs on this host; {len(spec.gpu_indices)} are leased"
@@ -145,6 +174,25 @@ def _check(spec: LaunchSpec) -> None:
     if spec.gpu_memory_utilization is not None and not 0 < spec.gpu_memory_utilization <= 1:
         raise UnsupportedSpec("gpu_memory_utilization must be in (0, 1]")
     reject_flags(spec.extra_args, _FORBIDDEN_EXTRA)
+
+
+def _check_cpu(spec: LaunchSpec) -> None:
+    """What vLLM's CPU platform refuses at start, refused here first with its own words."""
+    if spec.sleep_mode or sleep.SLEEP_FLAG in spec.extra_args:  # the flag as an extra too
+        raise UnsupportedSpec(
+            'vLLM on the CPU has no sleep mode (it refuses --enable-sleep-mode: "Sleep mode is '
+            'not supported on current platform"); an idle CPU deployment scales to zero instead'
+        )
+    if spec.spans_hosts:
+        raise UnsupportedSpec(
+            'vLLM on the CPU cannot run on Ray ("current platform cpu does not support ray"): '
+            "a model over several hosts needs GPU hosts"
+        )
+    ranks = spec.tensor_parallel_size * spec.pipeline_parallel_size
+    if ranks > 1 and not spec.cpu_threads_bind:
+        raise UnsupportedSpec(
+            f"{ranks} vLLM ranks on the CPU need a core range each (VLLM_CPU_OMP_THREADS_BIND)"
+        )
 
 
 def _warnings(spec: LaunchSpec) -> tuple[str, ...]:

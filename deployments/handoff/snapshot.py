@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from deployments import planning
-from deployments.engines import planned_argv
+from deployments.engines import planned_argv, planned_env
 from deployments.engines.base import LaunchSpec
 
 VERSION = 2
@@ -36,6 +36,7 @@ _FIGURE_KEYS = (
     "budget_bytes",
     "free_bytes",
     "correction_bytes",
+    "lora_bytes",
 )
 
 
@@ -80,6 +81,7 @@ class GpuFigures:
     budget_bytes: int = 0
     free_bytes: int = 0
     correction_bytes: int = 0  # of non_torch_bytes: the fleet-learned correction applied
+    lora_bytes: int = 0  # the LoRA adapter slots (planning/memory/lora.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,16 @@ class EngineArgs:
     runner: str | None = None
     convert: str | None = None
     spans_hosts: bool = False  # vLLM's Ray executor places the stages on several hosts
+    # "cpu": vLLM's CPU build on the host's CPU (its one device slot is the CPU row), with each
+    # rank's KV space in bytes and one core range per rank; rows written before are "gpu".
+    device: str = "gpu"
+    kv_cache_memory_bytes: int | None = None
+    cpu_threads_bind: str | None = None
+    # vLLM's LoRA slots: adapters load and unload at run time (lifecycle.adapters)
+    enable_lora: bool = False
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
     # llama-server's placement (engines.llamacpp); None: the adapter's rule, () for an even -ts
     n_gpu_layers: int | None = None
     split_mode: str | None = None
@@ -182,8 +194,16 @@ class PlanSnapshot:
             "runner": e.runner,
             "convert": e.convert,
             "spans_hosts": e.spans_hosts,
+            "kv_cache_memory_bytes": e.kv_cache_memory_bytes,
+            "cpu_threads_bind": e.cpu_threads_bind,
+            "enable_lora": e.enable_lora,
+            "max_loras": e.max_loras,
+            "max_lora_rank": e.max_lora_rank,
+            "max_cpu_loras": e.max_cpu_loras,
             **{name: getattr(e, name) for name in LLAMACPP_ARGS},
         }
+        if e.device == "cpu":  # a GPU plan's device ("cuda", or the CPU standing in for
+            settings["device"] = "cpu"  # simulated GPUs) is the host's to give in `facts`
         return LaunchSpec(**{**settings, **facts})
 
     def to_json(self) -> dict[str, Any]:
@@ -234,64 +254,11 @@ def from_plan(
         pipeline_parallel_size=p.pipeline_parallel_size,
         max_model_len=p.max_model_len,
         spans_hosts=p.multi_host,
+        device=p.device,
         **asdict(p.engine_settings),
     )
     common = _common({**details, "model_ref": model_ref, "request": dict(request or {})})
     return PlanSnapshot(engine_args=engine, **common)
-
-
-def from_llamacpp_plan(
-    p: planning.LlamaCppPlan,
-    *,
-    gpu_overhead_bytes: int,
-    model_ref: str = "",
-    request: Mapping[str, Any] | None = None,
-) -> PlanSnapshot:
-    """The snapshot of a llama.cpp plan: its flags as EngineArgs (``-c`` the padded cells with one
-    unified KV pool, ``-np`` the slots), one replica on the plan's GPUs, and per GPU the bytes
-    llama-server allocates there plus the CUDA context the planner adds to a GPU holding layers:
-    what the launch leases."""
-    s = p.settings
-    several = p.split_mode != "none" and len(p.gpus) > 1
-    engine = EngineArgs(
-        max_model_len=p.context_cells,
-        n_gpu_layers=p.gpu_layers,
-        split_mode=p.split_mode,
-        tensor_split=p.tensor_split if several else (),
-        main_gpu=None if p.split_mode == "layer" else 0,
-        cache_type_k=s.cache_type_k,
-        cache_type_v=s.cache_type_v,
-        flash_attn="on" if s.flash_attn else "off",
-        n_parallel=s.slots,
-        ubatch=s.ubatch,
-    )
-    per_gpu = tuple(
-        GpuFigures(
-            weights_bytes=used.weights_bytes,
-            activation_bytes=used.compute_bytes,
-            non_torch_bytes=gpu_overhead_bytes if used.layers else 0,
-            kv_cache_bytes=used.kv_bytes,
-            total_bytes=used.total_bytes + (gpu_overhead_bytes if used.layers else 0),
-            gpu_total_bytes=gpu.total_bytes,
-            free_bytes=gpu.free_bytes,
-        )
-        for gpu, used in zip(p.gpus, p.devices, strict=True)
-    )
-    return PlanSnapshot(
-        engine_args=engine,
-        model_ref=model_ref,
-        request=dict(request or {}),
-        gpus=(tuple(GpuSlot("", g.index) for g in p.gpus),),
-        per_gpu=per_gpu,
-        kv_cache_tokens=p.context_cells,
-        max_concurrency=float(s.slots),
-        requested_max_model_len=s.context_tokens,
-        replicas=1,
-        replicas_asked=1,
-        fits=p.fits,
-        reasons=p.reasons,
-        warnings=p.warnings,
-    )
 
 
 def planned_command(
@@ -307,6 +274,13 @@ def planned_command(
         gpu_indices=plan.gpu_indices,  # llama-server's -ts has one share per GPU
     )
     return planned_argv(engine, spec)
+
+
+def planned_environment(plan: PlanSnapshot, engine: str) -> dict[str, str]:
+    """What the command needs in its environment beyond the engine's defaults (vLLM on the
+    CPU: VLLM_CPU_OMP_THREADS_BIND), from the same adapter."""
+    spec = plan.launch_spec(deployment_id="planned", model="MODEL", port=8000)
+    return planned_env(engine, spec)
 
 
 def _common(data: Mapping[str, Any]) -> dict[str, Any]:

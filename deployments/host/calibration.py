@@ -73,7 +73,9 @@ def _setup(d: Deployment) -> dict[str, object]:
     lease = (
         GpuLease.objects.filter(deployment=d).select_related("gpu").order_by("gpu__index").first()
     )
-    cpu = d.host.simulated and d.engine == Engine.TRANSFORMERS
+    # Simulated GPUs run every engine on the CPU in their place: its figures are no GPU's (a
+    # plan made for the CPU keeps its CPU row's name).
+    cpu = d.host.simulated and d.snapshot.engine_args.device != "cpu"
     return {
         "engine": d.engine,
         "model_ref": d.snapshot.model_ref or d.model_id,

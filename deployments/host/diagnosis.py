@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from deployments.host import diagnosis_llamacpp as llamacpp
+from deployments.host import diagnosis_vllm_cpu as vllm_cpu
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _EXCEPTION_LINE = re.compile(r"\b([A-Z]\w*(?:Error|Exception)):\s*(.+)")
@@ -116,6 +117,7 @@ def _rule(code: str, title: str, pattern: str, explain: Explain) -> _Rule:
 # Most specific first: a wrapper ("Engine core initialization failed") sits below its cause.
 RULES: tuple[_Rule, ...] = (
     *(_rule(*rule) for rule in llamacpp.RULES),
+    *(_rule(*rule) for rule in vllm_cpu.RULES),
     _rule(
         "vllm_missing",
         "vLLM is not installed on this host",
@@ -264,6 +266,7 @@ RULES: tuple[_Rule, ...] = (
         ),
     ),
     _rule(*llamacpp.LOAD_FAILED),
+    _rule(*vllm_cpu.CORE_DIED),
 )
 
 _ENGINE_CORE_FAILED = re.compile(r"Engine core initialization failed")

@@ -4,26 +4,35 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from controlpanel.audit import audit_record
-from deployments.catalog.sources import LOCAL_PREFIX
-from deployments.engines import LaunchSpec, UnsupportedSpec, get_adapter
-from deployments.engines.llamacpp_memory import visible_order
-from deployments.handoff import sealed
-from deployments.host import diagnosis, launchphases, logship, restart_policy, transitions, turns
+from deployments.engines import UnsupportedSpec
+from deployments.host import (
+    diagnosis,
+    launchphases,
+    logship,
+    prepare,
+    restart_policy,
+    transitions,
+    turns,
+)
 from deployments.host import supervisor as sv
+from deployments.host.adapters import before_rotation
 from deployments.host.dbretry import retried
 from deployments.host.downloads import fetching
+from deployments.host.engine_handles import Adopted, EngineProcess, Spawned
+from deployments.host.engine_spec import hub_token, is_local
+from deployments.host.engine_spec import launch_spec as launch_spec
+from deployments.host.enginebins import adapter_for
 from deployments.host.owner import engine_owner
 from deployments.host.probes import smoke_test, wait_ready
 from deployments.host.ray import cluster
 from deployments.live import drain
-from deployments.models import Deployment, Engine, Status
+from deployments.models import Deployment, Status
 
 log = logging.getLogger(__name__)
 
@@ -32,106 +41,6 @@ def log_dir() -> Path:
     path = Path(settings.VAR_DIR) / "engine-logs"
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-def launch_spec(d: Deployment, port: int, snapshot: Path | None = None) -> LaunchSpec:
-    """The engine's settings: the plan's (`Deployment.snapshot`) plus this host's facts; with
-    `snapshot` (weights this worker fetched), the engine loads that folder offline instead of
-    reaching the Hub itself."""
-    plan = d.snapshot
-    leases = d.leases.filter(active=True, gpu__host=d.host).select_related("gpu")
-    # CUDA0 is the first GPU CUDA_VISIBLE_DEVICES names: llama-server's -ts shares follow it.
-    indices = visible_order(plan.gpu_indices, [lease.gpu.index for lease in leases])
-    spans = d.spans_hosts
-    # Over several hosts it is vLLM on Ray even on simulated GPUs (a test engine stands in).
-    simulated = d.host.simulated and not spans
-    model, revision, hub_env = _weights_ref(d, snapshot, spans)
-    facts: dict[str, Any] = {
-        "deployment_id": str(d.pk),
-        "model": model,
-        "port": port,
-        "host": settings.SHARDBOARD_ENGINE_HOST,
-        "revision": revision,
-        "served_model_name": d.name,
-        "api_key": d.engine_api_key() if get_adapter(d.engine).supports_api_key else None,
-        "gpu_indices": () if simulated else indices,
-        "spans_hosts": spans,
-        "ray_address": cluster.head_address(d) if spans else None,
-        "node_address": settings.SHARDBOARD_RAY_NODE_ADDRESS if spans else None,
-        "device": "cpu" if simulated else "cuda",
-        "hf_offline": snapshot is not None or _is_local(d),
-        "hf_token": None if _is_local(d) or snapshot else _hub_token(d),  # offline: not needed
-        "owner": engine_owner(),
-        "extra_env": hub_env,
-        "sleep_mode": d.engine == Engine.VLLM and d.sleep_after_s is not None,
-    }
-    if simulated:
-        facts |= {"tensor_parallel_size": 1, "pipeline_parallel_size": 1}
-    if d.engine == Engine.LLAMACPP:
-        facts |= _llamacpp(simulated)
-    elif d.engine != Engine.VLLM:
-        facts |= _beside_vllm(plan.request)
-    return plan.launch_spec(**facts)
-
-
-def _llamacpp(simulated: bool) -> dict[str, Any]:
-    """llama-server takes the plan's -c, -np and its own placement; vLLM's knobs mean
-    nothing to it. On a simulated host it runs on the CPU, so no GPU placement applies."""
-    facts: dict[str, Any] = {
-        "gpu_memory_utilization": None,
-        "max_num_batched_tokens": None,
-        "dtype": None,
-        "quantization": None,
-        "kv_cache_dtype": None,
-        "decode_context_parallel_size": None,
-        "block_size": None,
-        "enforce_eager": False,
-    }
-    if simulated:
-        facts |= {"n_gpu_layers": None, "split_mode": None, "tensor_split": (), "main_gpu": None}
-    return facts
-
-
-def _beside_vllm(request: Mapping[str, Any]) -> dict[str, Any]:
-    """An engine other than vLLM gets only the settings the user asked for: the planner's
-    figures are vLLM's (transformers serve names what it ignores in its warnings)."""
-    return {
-        "gpu_memory_utilization": request.get("gpu_memory_utilization"),
-        "max_model_len": None,
-        "max_num_seqs": request.get("max_num_seqs"),
-        "max_num_batched_tokens": None,
-        "quantization": None,
-        "decode_context_parallel_size": None,
-        "block_size": None,
-        "enforce_eager": False,
-    }
-
-
-def _weights_ref(
-    d: Deployment, snapshot: Path | None, spans_hosts: bool
-) -> tuple[str, str | None, tuple[tuple[str, str], ...]]:
-    """The model argument, its revision, and the Hub environment of the engine.
-
-    Over several hosts the snapshot path is the lead's alone: vLLM hands the model argument
-    as given to its workers on every node (ModelConfig in the VllmConfig each RayWorkerProc
-    gets), so there it is the repo id pinned to the fetched commit, found offline in each
-    node's own cache (each node's HF_HUB_CACHE: raynodes.commands.node_env)."""
-    if snapshot is None:
-        return d.model_id, d.revision or None, ()
-    if spans_hosts:
-        return d.model_id, snapshot.name, (("HF_HUB_CACHE", str(fetching.cache_dir())),)
-    if files := fetching.weights_of(d)[1]:
-        return str(snapshot / files[0]), None, ()  # llama-server: the GGUF's (first) file
-    return str(snapshot), None, ()
-
-
-def _is_local(d: Deployment) -> bool:
-    return d.snapshot.model_ref.startswith(LOCAL_PREFIX) or d.model_id.startswith("/")
-
-
-def _hub_token(d: Deployment) -> str | None:
-    """The launcher's own token, else this host's HF_TOKEN setting (gated or private repos)."""
-    return sealed.unseal(d.hub_token_sealed, deployment_id=d.pk) or settings.HF_TOKEN or None
 
 
 def launch(deployment_id: int) -> dict[str, Any]:
@@ -159,8 +68,8 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     recorder = launchphases.open_for(d)
     snapshot = None
     joins_sent = False
-    if settings.SHARDBOARD_FETCH_WEIGHTS and not _is_local(d):
-        token = _hub_token(d)
+    if settings.SHARDBOARD_FETCH_WEIGHTS and not is_local(d):
+        token = hub_token(d)
         commit = cluster.fetch_ahead(d, token) if d.spans_hosts else ""
         joins_sent = bool(commit)
         fetched = fetching.for_launch(d, token, recorder, commit)
@@ -172,6 +81,11 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
             return {"skipped": fetched.ended}
         snapshot = fetched.snapshot
         recorder.end_step()
+    if refused := prepare.wait_for_engine(d, recorder):
+        recorder.close()
+        if _still(d, Status(d.status)):
+            transitions.fail(d, refused)
+        return {"failed": refused}
     if turns.wait_for_turn(d) and not _still(d, Status(d.status)):
         recorder.close()
         return {"skipped": "ended while waiting for its turn on a shared GPU"}
@@ -186,7 +100,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
     port = sv.find_free_port(settings.SHARDBOARD_ENGINE_HOST)
     try:
         spec = launch_spec(d, port, snapshot)
-        command = get_adapter(d.engine).build(spec)
+        command = adapter_for(d.engine).build(spec)
     except UnsupportedSpec as exc:
         transitions.fail(d, f"The engine refused the settings: {exc}")
         return {"failed": str(exc)}
@@ -229,42 +143,7 @@ def _start(d: Deployment, note: str, log_suffix: str, **audit_extra: Any) -> dic
         return {"skipped": "stopped before start"}
     logship.follow(d, log_path, first=not log_suffix, on_lines=recorder.feed)
     _attach_simulated(d)
-    return _await_ready(d, command, _Spawned(handle))
-
-
-class _Spawned:
-    """The engine this task spawned: its exit status is ours to read."""
-
-    def __init__(self, handle: sv.EngineHandle) -> None:
-        self.handle = handle
-        self.pid = handle.pid
-        self.log_path: Path | None = handle.log_path
-
-    def alive(self) -> bool:
-        return sv.handle_alive(self.handle)
-
-    def end(self) -> tuple[int | None, int | None]:
-        sv.stop(self.handle, 5)
-        info = sv.poll_exit(self.handle)
-        return (info.exit_code, info.signal) if info else (None, None)
-
-
-class _Adopted:
-    """An engine found again after a worker restart: only its pid and start time are known."""
-
-    def __init__(self, d: Deployment) -> None:
-        self.d = d
-        self.pid = d.pid
-        self.log_path = Path(d.log_path) if d.log_path else None
-
-    def alive(self) -> bool:
-        pid = self.d.pid
-        return pid is not None and sv.is_alive(pid, self.d.process_started_at)
-
-    def end(self) -> tuple[int | None, int | None]:
-        if self.d.pgid:
-            sv.stop(self.d.pgid, 5, owner=engine_owner(), deployment_id=str(self.d.pk))
-        return None, None
+    return _await_ready(d, command, Spawned(handle))
 
 
 def resume_starting(deployment_id: int) -> dict[str, Any]:
@@ -275,10 +154,10 @@ def resume_starting(deployment_id: int) -> dict[str, Any]:
     )
     if d.status != Status.STARTING or not d.pid or not d.port:
         return {"skipped": f"status is {d.status}"}
-    engine = _Adopted(d)
+    engine = Adopted(d)
     if not engine.alive():
         return {"skipped": "the engine is gone; the watchdog handles it"}
-    command = get_adapter(d.engine).build(launch_spec(d, d.port))
+    command = adapter_for(d.engine).build(launch_spec(d, d.port))
     return _await_ready(d, command, engine)
 
 
@@ -286,8 +165,12 @@ def _attach_simulated(d: Deployment) -> None:
     backend = transitions.backend() if d.host.simulated else None
     if backend is None or not hasattr(backend, "attach"):
         return
-    leases = list(d.leases.filter(active=True, gpu__host=d.host).select_related("gpu"))
-    shares = {lease.gpu.index: lease.memory_bytes for lease in leases}
+    leases = d.leases.on_gpus().filter(active=True, gpu__host=d.host)
+    # no CPU row there; retried: it runs in `starting`, where a dropped connection must not
+    # end the launch task (tests/faults)
+    shares = retried(lambda: dict(leases.values_list("gpu__index", "memory_bytes")))
+    if not shares:
+        return  # a plan on the CPU device holds no simulated GPU
     try:
         backend.attach(
             d.pid, list(shares), max(shares.values(), default=0), name=d.name, memory_by_gpu=shares
@@ -296,9 +179,9 @@ def _attach_simulated(d: Deployment) -> None:
         log.warning("could not show deployment %s on the simulated GPUs: %s", d.pk, exc)
 
 
-def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> dict[str, Any]:
+def _await_ready(d: Deployment, command: Any, engine: EngineProcess) -> dict[str, Any]:
     # An adopted engine has been loading since it was spawned: the timeout counts from then.
-    started = d.process_started_at if isinstance(engine, _Adopted) else None
+    started = d.process_started_at if isinstance(engine, Adopted) else None
     elapsed_before_s = max(0.0, time.time() - started) if started else 0.0
     result = wait_ready(
         command.base_url,
@@ -319,6 +202,7 @@ def _await_ready(d: Deployment, command: Any, engine: _Spawned | _Adopted) -> di
     )
     if not smoke.ok:
         return _failed_start(d, engine, f"the engine answered the smoke test badly: {smoke.reason}")
+    before_rotation(d, command.base_url)  # its LoRA adapters, before any request
     # The steps before the status: a page reloads on the status change and must find `ready`
     # recorded then (an event sent while it reloads never reaches it).
     if recorder := launchphases.current(d.pk):
@@ -343,7 +227,7 @@ def _still(d: Deployment, status: Status) -> bool:
     return retried(lambda: Deployment.objects.filter(pk=d.pk, status=status).exists())
 
 
-def _failed_start(d: Deployment, engine: _Spawned | _Adopted, reason: str) -> dict[str, Any]:
+def _failed_start(d: Deployment, engine: EngineProcess, reason: str) -> dict[str, Any]:
     if recorder := launchphases.current(d.pk):
         recorder.close()
     code, sig = engine.end()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import httpx
 
+from controlpanel import enginehttp
 from deployments.engines import sleep
 
 # A level-1 sleep copies the weights to host RAM and a wake copies them back: about 3 s for
@@ -33,7 +34,7 @@ def wake_up(base_url: str, level: int) -> None:
 
 def is_sleeping(base_url: str) -> bool:
     try:
-        answer = httpx.get(base_url + sleep.IS_SLEEPING_PATH, timeout=10.0)
+        answer = enginehttp.client().get(base_url + sleep.IS_SLEEPING_PATH, timeout=10.0)
         answer.raise_for_status()
     except httpx.HTTPError as exc:
         raise EngineSleepError(f"{sleep.IS_SLEEPING_PATH}: {exc}") from exc
@@ -48,7 +49,9 @@ def _post(
     json: dict[str, str] | None = None,
 ) -> dict[str, object]:
     try:
-        answer = httpx.post(base_url + path, params=params, json=json, timeout=SLEEP_TIMEOUT_S)
+        answer = enginehttp.client().post(
+            base_url + path, params=params, json=json, timeout=SLEEP_TIMEOUT_S
+        )
         answer.raise_for_status()
     except httpx.HTTPError as exc:
         raise EngineSleepError(f"{path}: {exc}") from exc

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from controlpanel import enginehttp
 from deployments.host import logship, restart_policy
 from deployments.host import supervisor as sv
 from deployments.host.owner import engine_owner
@@ -30,7 +31,7 @@ _last_probe: dict[int, float] = {}
 def probe(d: Deployment) -> str | None:
     """None when the engine answers 200; else what went wrong."""
     try:
-        response = httpx.get(
+        response = enginehttp.client().get(
             f"{d.base_url}{HEALTH_PATH}", timeout=settings.SHARDBOARD_HEALTH_TIMEOUT_S
         )
     except httpx.TimeoutException:

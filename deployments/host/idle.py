@@ -9,9 +9,15 @@ setting:
 - a vLLM engine launched with sleep mode is drained, asked to sleep (level 1 when host RAM
   holds its weights, else 2: engines.sleep.choose_level) and moved to `sleeping`; its leases
   then count only what it still holds (host.sleepleases);
-- any other engine (transformers serve, llama-server: no sleep mode; or a vLLM engine started
-  before it had a setting) is stopped and moved to `scaled_to_zero`: leases released, plan and
+- any other engine (transformers serve, llama-server, vLLM on the CPU: no sleep mode there,
+  engines.platforms; or a vLLM engine started before it had a setting) is stopped and moved to
+  `scaled_to_zero`, the audit row saying why it could not sleep: leases released, plan and
   name kept, so the next request starts it again through the ordinary launch.
+
+Before either, the replica is marked going idle and drained; a request that arrives then is
+held by the gateway, which calls the sleep off (the replica is back in rotation, an audit row
+`deployment.sleep_called_off`) or, if the sleep or stop is already under way, waits for it and
+wakes or starts the replica again (deployments.live.idle: the marks; gateway.wake: the hold).
 
 Each is an audit row with its reason. A wake (task `deployments.wake`, sent by the gateway's
 first held request) takes the leases back whole or waits for them, bounded by
@@ -34,8 +40,9 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from controlpanel.audit import audit_record
+from deployments.engines import platforms
 from deployments.engines import sleep as sleep_mode
-from deployments.host import engine_control, engine_sleep, sleepleases, transitions
+from deployments.host import adapters, engine_control, engine_sleep, sleepleases, transitions
 from deployments.host.sweeper import run_claimed
 from deployments.live import drain
 from deployments.live import idle as idle_marks
@@ -46,6 +53,7 @@ _stop = threading.Event()
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
 WAKE_RETRY_S = 1.0
+GOING_MARGIN_S = 60.0  # the going-idle mark outlives a drain and a stop by this much
 
 
 def check_once(now: datetime | None = None) -> list[dict[str, Any]]:
@@ -82,22 +90,39 @@ def go_idle(deployment_id: int, idle_s: float) -> dict[str, Any]:
 
 
 def _go_idle(deployment_id: int, idle_s: float) -> dict[str, Any]:
+    """Marked going idle, drained, then asleep or scaled to zero, unless a request came
+    meanwhile: then the sleep is called off and the replica is back in rotation (the gateway
+    held the request: playground.gateway.wake.after_drain)."""
     d = Deployment.objects.select_related("host").get(pk=deployment_id)
     if d.status != Status.RUNNING or d.sleep_after_s is None:
         return {"skipped": f"status is {d.status}"}
     why = f"no request for {idle_s / 60:.1f} min (sleep after {d.sleep_after_s / 60:g} min)"
-    if d.engine == Engine.VLLM and sleep_mode.SLEEP_FLAG in d.argv:
-        return _sleep(d, why)
-    return _scale_to_zero(d, why)
+    decided_s = time.time()
+    mark_s = drain.grace_s() + settings.SHARDBOARD_STOP_GRACE_S + GOING_MARGIN_S
+    idle_marks.going_begin(d.pk, mark_s)
+    try:
+        drained = drain.drain_replica(d.pk)  # its streams end before the engine sleeps or stops
+        if not idle_marks.going_commit(d.pk, d.name, decided_s, mark_s):
+            return _called_off(d, why)
+        if d.engine == Engine.VLLM and sleep_mode.SLEEP_FLAG in d.argv:
+            return _sleep(d, why, drained)
+        return _scale_to_zero(d, why)
+    finally:
+        idle_marks.going_end(d.pk)
 
 
-def _sleep(d: Deployment, why: str) -> dict[str, Any]:
-    """Drained, then `sleeping` BEFORE the engine is asked to sleep (a sleep at level 1 copies
-    the weights to RAM: seconds on a large model), so that a request arriving meanwhile is
-    held by the gateway and wakes it, instead of finding a replica out of rotation. The leases
-    shrink only once the engine has freed the memory; a wake waits for the sleep to end
-    (the engine's lock)."""
-    drained = drain.drain_replica(d.pk)  # its streams end before the engine sleeps
+def _called_off(d: Deployment, why: str) -> dict[str, Any]:
+    drain.drain_end([d.pk])
+    _audit(d, "deployment.sleep_called_off", f"a request arrived as it was going idle ({why})")
+    return {"called_off": d.pk}
+
+
+def _sleep(d: Deployment, why: str, drained: drain.Drained) -> dict[str, Any]:
+    """`sleeping` BEFORE the engine is asked to sleep (a sleep at level 1 copies the weights
+    to RAM: seconds on a large model), so that a request arriving meanwhile is held by the
+    gateway and wakes it, instead of finding a replica out of rotation. The leases shrink only
+    once the engine has freed the memory; a wake waits for the sleep to end (the engine's
+    lock)."""
     weights = sum(f.weights_bytes for f in sleepleases.figures_by_gpu(d).values())
     choice = sleep_mode.choose_level(
         weights_bytes=weights, ram_available_bytes=psutil.virtual_memory().available
@@ -138,12 +163,11 @@ def _engine_lock(deployment_id: int) -> threading.Lock:
 
 
 def _scale_to_zero(d: Deployment, why: str) -> dict[str, Any]:
-    cannot = (
-        "its engine has no sleep mode"
-        if d.engine != Engine.VLLM
-        else ("it was started without sleep mode")
+    cannot = platforms.no_sleep_reason(d.engine, d.engine_device) or (
+        "it was started without sleep mode"
     )
     if not transitions.move(d, Status.STOPPING, f"idle: {why}; scaling to zero ({cannot})"):
+        drain.drain_end([d.pk])
         return {"skipped": "moved on meanwhile"}
     stopped = engine_control.stop_engine(d)
     drain.drain_end([d.pk])  # the next start, under the same id, must be in rotation at once
@@ -187,6 +211,9 @@ def _wake_now(deployment_id: int, reason: str) -> dict[str, Any]:
         transitions.fail(d, f"The engine did not wake: {exc}")
         idle_marks.wake_done(d.name)
         return {"failed": str(exc)}
+    # level 2 dropped the weights, the adapter slots among them: loaded again in place (and
+    # those asked for while it slept) before it takes requests
+    adapters.before_rotation(d, d.base_url)
     took_s = time.monotonic() - started
     with transaction.atomic():
         now = timezone.now()

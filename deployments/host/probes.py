@@ -10,8 +10,10 @@ from typing import Literal
 
 import httpx
 
+from controlpanel import enginehttp
 from deployments.engines.base import ReadinessProbe
 
+PROBE_TIMEOUT_S = 5.0  # one readiness poll
 SMOKE_PROMPT = "1 + 1 ="
 
 
@@ -53,30 +55,32 @@ def wait_ready(
     start = time.monotonic()
     last = "no answer yet"
     delay_s = min(0.05, poll_s)
-    with httpx.Client(base_url=base_url, timeout=httpx.Timeout(5.0)) as client:
-        while True:
-            elapsed_s = time.monotonic() - start
-            if not is_alive_fn():
-                return ReadyResult("exited", f"the engine exited while loading ({last})", elapsed_s)
-            outcome, last = _probe_once(client, probe)
-            if outcome is not None:
-                return ReadyResult(outcome, last, time.monotonic() - start)
-            if elapsed_s >= timeout_s:
-                return ReadyResult(
-                    "timeout", f"not ready after {timeout_s:.0f} s ({last})", elapsed_s
-                )
-            time.sleep(min(delay_s, max(0.0, timeout_s - elapsed_s)))
-            delay_s = min(poll_s, delay_s * 2)
+    while True:
+        elapsed_s = time.monotonic() - start
+        if not is_alive_fn():
+            return ReadyResult("exited", f"the engine exited while loading ({last})", elapsed_s)
+        outcome, last = _probe_once(base_url, probe)
+        if outcome is not None:
+            return ReadyResult(outcome, last, time.monotonic() - start)
+        if elapsed_s >= timeout_s:
+            return ReadyResult("timeout", f"not ready after {timeout_s:.0f} s ({last})", elapsed_s)
+        time.sleep(min(delay_s, max(0.0, timeout_s - elapsed_s)))
+        delay_s = min(poll_s, delay_s * 2)
 
 
-def _probe_once(client: httpx.Client, probe: ReadinessProbe) -> tuple[ReadyOutcome | None, str]:
+def _probe_once(base_url: str, probe: ReadinessProbe) -> tuple[ReadyOutcome | None, str]:
+    client = enginehttp.client()
     try:
-        health = client.get(probe.health_path)
+        health = client.get(base_url + probe.health_path, timeout=PROBE_TIMEOUT_S)
         if health.status_code != 200:
             return None, f"{probe.health_path} answered {health.status_code}"
         if probe.models_path is None:
             return "ready", f"{probe.health_path} answered 200"
-        models = client.get(probe.models_path, headers=_auth_headers(probe.api_key))
+        models = client.get(
+            base_url + probe.models_path,
+            headers=_auth_headers(probe.api_key),
+            timeout=PROBE_TIMEOUT_S,
+        )
     except httpx.TransportError as error:
         return None, f"not answering yet: {type(error).__name__}"
     if models.status_code in (401, 403):
@@ -120,7 +124,7 @@ def smoke_test(
         body["model"] = model_name
     start = time.monotonic()
     try:
-        response = httpx.post(
+        response = enginehttp.client().post(
             f"{base_url}/v1/{'embeddings' if embeds else 'completions'}",
             json=body,
             headers=_auth_headers(api_key),

@@ -18,14 +18,15 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
-from deployments.host import engine_control
-from deployments.models import Deployment, Status
+from deployments.host import adapters, engine_control
+from deployments.models import AdapterReplica, AdapterStatus, Deployment, Status
 
 log = logging.getLogger(__name__)
 # What a thread of this worker has in hand: ("start", pk) for a launch, restart or resumed
@@ -115,6 +116,28 @@ def sweep_once() -> int:
         found = _work_for(d)
         if found is not None and dispatch(*found):
             started += 1
+    return started + _sweep_adapters(cutoff)
+
+
+def _sweep_adapters(cutoff: Any) -> int:
+    """Adapter loads and unloads whose message was lost, on this host's running replicas."""
+    rows = AdapterReplica.objects.filter(
+        replica__host__name=settings.SHARDBOARD_HOST_NAME,
+        replica__status=Status.RUNNING,
+        status=AdapterStatus.LOADING,
+        updated_at__lt=cutoff,
+    ).values_list("pk", flat=True)
+    going = AdapterReplica.objects.filter(
+        replica__host__name=settings.SHARDBOARD_HOST_NAME,
+        status=AdapterStatus.LOADED,
+        adapter__status=AdapterStatus.UNLOADING,
+        updated_at__lt=cutoff,
+    ).values_list("pk", flat=True)
+    started = 0
+    for pk in rows:
+        started += dispatch(("adapter", pk), partial(adapters.load, pk), "adapter load resent")
+    for pk in going:
+        started += dispatch(("adapter", pk), partial(adapters.unload, pk), "adapter unload resent")
     return started
 
 

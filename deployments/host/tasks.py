@@ -7,7 +7,7 @@ from typing import Any
 
 from celery import shared_task
 
-from deployments.host import engine_control, idle
+from deployments.host import adapters, engine_control, idle, prepare
 from deployments.host.downloads import tasks as download_tasks  # noqa: F401  (its tasks)
 from deployments.host.ray import cluster
 from deployments.host.sweeper import run_claimed
@@ -30,6 +30,16 @@ def restart(deployment_id: int, attempt: int) -> dict[str, Any]:
     )
 
 
+@shared_task(name="deployments.adapter_load", acks_late=True)
+def adapter_load(placement_id: int) -> dict[str, Any]:
+    return run_claimed(("adapter", placement_id), lambda: adapters.load(placement_id))
+
+
+@shared_task(name="deployments.adapter_unload", acks_late=True)
+def adapter_unload(placement_id: int) -> dict[str, Any]:
+    return run_claimed(("adapter", placement_id), lambda: adapters.unload(placement_id))
+
+
 @shared_task(name="deployments.ray_join", acks_late=True)
 def ray_join(node_id: int, commit: str = "") -> dict[str, Any]:
     return cluster.join(node_id, commit)
@@ -44,3 +54,9 @@ def ray_leave(node_id: int) -> dict[str, Any]:
 def wake(deployment_id: int, reason: str = "") -> dict[str, Any]:
     """A sleeping vLLM engine's wake, sent by the gateway's first held request (host.idle)."""
     return idle.wake(deployment_id, reason or "a request arrived")
+
+
+@shared_task(name="deployments.prepare_engine", acks_late=True)
+def prepare_engine(engine: str) -> dict[str, Any]:
+    """Prepare an engine of this host again (its preparation failed; an operator retried)."""
+    return prepare.retry(engine)

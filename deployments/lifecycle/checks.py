@@ -7,7 +7,8 @@ from typing import Any
 from controlpanel.roles import Role, has_role
 from deployments.lifecycle import limits
 from deployments.lifecycle.errors import DeploymentError
-from deployments.models import HOLDS_NAME, Deployment
+from deployments.models import HOLDS_NAME, Deployment, DeploymentAdapter
+from deployments.models.adapters import HOLDS_NAME as ADAPTER_NAMES
 from monitoring.models import Host
 
 
@@ -33,4 +34,7 @@ def check_name(name: str) -> str:
         raise DeploymentError(problem)
     if Deployment.objects.filter(name=name, status__in=list(HOLDS_NAME)).exists():
         raise DeploymentError(f"A deployment named {name!r} is already active.")
+    adapters = DeploymentAdapter.objects.filter(name=name, status__in=list(ADAPTER_NAMES))
+    if adapters.filter(deployment__status__in=list(HOLDS_NAME)).exists():
+        raise DeploymentError(f"{name!r} is the name of a LoRA adapter loaded on a deployment.")
     return name

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
 from controlpanel.consumers import RoleConsumer
-from deployments.live import enginelog
+from deployments.live import enginelog, prep
 from deployments.live.pushes import GROUP
 from deployments.models import Deployment
 from monitoring import live
@@ -29,6 +29,20 @@ class DeploymentsConsumer(RoleConsumer):
         await self.send_json(message["payload"])
 
     async def deployment_progress(self, message: dict[str, Any]) -> None:
+        await self.send_json(message["payload"])
+
+
+class EnginesConsumer(RoleConsumer):
+    """``/ws/engines/``: each host's engine preparations as they move (the page rendered the
+    rows as they were, and reads them again from ``/engines/state/`` whenever it connects)."""
+
+    async def on_accepted(self, user: Any) -> None:
+        await self.channel_layer.group_add(prep.GROUP, self.channel_name)
+
+    async def disconnect(self, code: int) -> None:
+        await self.channel_layer.group_discard(prep.GROUP, self.channel_name)
+
+    async def engine_prep(self, message: dict[str, Any]) -> None:
         await self.send_json(message["payload"])
 
 

@@ -1,5 +1,6 @@
-"""A simulated host runs transformers on the CPU: its host worker downloads a Hub model first,
-which is sensible only for small ones (the demo-sized models the tests and laptops use)."""
+"""A simulated host runs its engines on the CPU (vLLM's CPU build, transformers, llama.cpp): its
+host worker downloads a Hub model first, which is sensible only for small ones (the demo-sized
+models the tests and laptops use)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from deployments import planning
 CPU_HUB_MAX_WEIGHTS_BYTES = 2 << 30
 SIMULATED_HUB = (
     "This host's GPUs are simulated: it serves local models only, or Hub models of at most "
-    f"{CPU_HUB_MAX_WEIGHTS_BYTES >> 30} GiB of weights with transformers on the CPU."
+    f"{CPU_HUB_MAX_WEIGHTS_BYTES >> 30} GiB of weights, which its engines run on the CPU."
 )
 
 

@@ -31,20 +31,28 @@ QUEUE_DOWN_NOTE = (
 def enqueue(task_name: str, deployment: Deployment, rows: list[Deployment]) -> None:
     """Send the task (by name: the web side never imports the host worker's code). A failed
     send is noted on ``rows`` (the caller's objects) instead of raising after the commit."""
-    try:
-        celery_app.send_task(
-            task_name,
-            args=[deployment.pk],
-            queue=host_queue(deployment.host.name),
-            retry=True,
-            retry_policy=SEND_RETRY_POLICY,
-        )
-    except Exception as exc:  # kombu raises several kinds; the row is committed either way
-        log.warning("could not send %s for deployment %s: %s", task_name, deployment.pk, exc)
+    if not send(task_name, [deployment.pk], deployment.host.name):
         note = QUEUE_DOWN_NOTE.format(seconds=settings.SHARDBOARD_SWEEP_AFTER_S)
         for row in rows:
             setattr(row, "queue_note", note)  # noqa: B010 - not a model field
     pushes.publish(deployment)
+
+
+def send(task_name: str, args: list[int], host_name: str) -> bool:
+    """Send one task to a host's queue; False (logged) when the broker did not take it: the
+    host worker's sweeper does the work from the database instead."""
+    try:
+        celery_app.send_task(
+            task_name,
+            args=args,
+            queue=host_queue(host_name),
+            retry=True,
+            retry_policy=SEND_RETRY_POLICY,
+        )
+    except Exception as exc:  # kombu raises several kinds; the row is committed either way
+        log.warning("could not send %s %s to %s: %s", task_name, args, host_name, exc)
+        return False
+    return True
 
 
 def queue_note(deployment: Deployment) -> str:

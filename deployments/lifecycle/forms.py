@@ -11,7 +11,8 @@ from django.conf import settings
 from deployments import planning
 from deployments.lifecycle import idle, launch_policy, limits
 from deployments.lifecycle.gguf_form import LlamaCppFields, gguf_options
-from deployments.lifecycle.gguf_launch import LAUNCHABLE_ENGINES
+from deployments.lifecycle.lora_form import LORA_FIELDS, LoraFields, plan_fields
+from deployments.lifecycle.placement import LAUNCHABLE_ENGINES
 from deployments.lifecycle.policy import POLICY_FIELDS
 from deployments.lifecycle.policy_form import PolicyFields
 from deployments.lifecycle.services import LaunchRequest
@@ -27,7 +28,7 @@ def _host_choices() -> list[tuple[str, str]]:
     ]
 
 
-class LaunchForm(LlamaCppFields, PolicyFields):
+class LaunchForm(LlamaCppFields, LoraFields, PolicyFields):
     name = forms.CharField(
         max_length=limits.NAME_MAX_CHARS,
         help_text=f"{limits.NAME_RULE[0].upper()}{limits.NAME_RULE[1:]}.",
@@ -40,6 +41,20 @@ class LaunchForm(LlamaCppFields, PolicyFields):
     host = forms.ChoiceField(choices=_host_choices)
     engine = forms.ChoiceField(
         choices=[(e.value, e.label) for e in LAUNCHABLE_ENGINES], initial=Engine.VLLM
+    )
+    device = forms.ChoiceField(
+        choices=[("gpu", "the host's GPUs"), ("cpu", "the host's CPU (vLLM's CPU build)")],
+        initial="gpu",
+        required=False,
+        label="Device",
+        help_text="the CPU: vLLM runs on the host's cores, its weights and KV space in RAM",
+    )
+    kv_cache_bytes = forms.IntegerField(
+        min_value=1,
+        max_value=1 << 46,
+        required=False,
+        label="KV space on the CPU (bytes, each rank)",
+        help_text="blank: chosen from the host's free RAM with a margin",
     )
     tensor_parallel_size = forms.IntegerField(min_value=1, max_value=64, required=False)
     pipeline_parallel_size = forms.IntegerField(min_value=1, max_value=64, required=False)
@@ -95,8 +110,9 @@ class LaunchForm(LlamaCppFields, PolicyFields):
         min_value=idle.MIN_SLEEP_AFTER_S / 60,
         max_value=idle.MAX_SLEEP_AFTER_S / 60,
         label="Sleep after (minutes idle)",
-        help_text="blank: never. vLLM sleeps (freeing most of its GPU memory); other engines "
-        "stop and start again on the next request",
+        help_text="blank: never. vLLM on GPUs sleeps (freeing most of their memory); an engine "
+        "that cannot sleep (vLLM on the CPU, transformers, llama.cpp) scales to zero and starts "
+        "again on the next request",
     )
     team = forms.ChoiceField(choices=[("", "your only team")], required=False, label="Team")
 
@@ -115,6 +131,10 @@ class LaunchForm(LlamaCppFields, PolicyFields):
             ("off", "Off"),
         ]
 
+    @property
+    def other_fields(self) -> list[forms.BoundField]:
+        return [f for f in super().other_fields if f.name not in LORA_FIELDS]
+
     def clean_replicas(self) -> int | None:
         """A whole number from 1 (blank: 1), or ``max`` (None: as many as fit)."""
         text = str(self.cleaned_data["replicas"] or "1").strip().lower()
@@ -128,6 +148,7 @@ class LaunchForm(LlamaCppFields, PolicyFields):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        self.check_lora(data)
         if set(self.errors) & {"replicas", "hosts", *POLICY_FIELDS}:
             return data  # the policy is checked whole, once each of its fields is clear
         hosts = data.get("hosts") or ()
@@ -138,6 +159,12 @@ class LaunchForm(LlamaCppFields, PolicyFields):
         else:
             data["scaling_policy"] = policy
         return data
+
+    def clean_kv_cache_bytes(self) -> int | None:
+        given = self.cleaned_data.get("kv_cache_bytes")
+        if given is not None and self.data.get("device") != "cpu":
+            raise forms.ValidationError("The KV space is given for the CPU device only.")
+        return given
 
     def clean_name(self) -> str:
         name = str(self.cleaned_data["name"]).strip().lower()
@@ -165,6 +192,9 @@ class LaunchForm(LlamaCppFields, PolicyFields):
                 concurrency=data["concurrency"],
                 placement=data["placement"] or "spread",
                 learned_correction=data["learned_correction"] != "off",
+                device=data.get("device") or "gpu",
+                kv_cache_bytes=data.get("kv_cache_bytes"),
+                **plan_fields(data),
             ),
             replicas=data["replicas"],
             hosts=tuple(data.get("hosts") or ()),

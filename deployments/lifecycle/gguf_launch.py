@@ -1,9 +1,8 @@
-"""A GGUF model on llama.cpp: which engine a reference may run on, and the launch's plan.
+"""A GGUF model on llama.cpp: the launch's plan (lifecycle.placement.llamacpp places it).
 
-llama-server loads only GGUF files and no other engine here loads them, so the pair is checked
-before anything is read or written. The plan is the llama.cpp planner's (one machine, layer
-split over its free GPUs, every placement flag explicit); the launch turns it into its
-snapshot (`handoff.snapshot.from_llamacpp_plan`) and leases each GPU's bytes from it.
+The plan is the llama.cpp planner's (one machine, layer split over its free GPUs, every
+placement flag explicit); the launch turns it into its snapshot
+(`handoff.llamacpp_snapshot.from_llamacpp_plan`) and leases each GPU's bytes from it.
 """
 
 from __future__ import annotations
@@ -14,15 +13,15 @@ from typing import Any
 
 from deployments import planning
 from deployments.catalog.gguf_plan import GgufOptions
-from deployments.catalog.gguf_sources import GgufSource, is_gguf_ref, resolve_gguf
+from deployments.catalog.gguf_sources import GgufSource, resolve_gguf
 from deployments.catalog.registered import host_inventory
 from deployments.catalog.sources import LOCAL_PREFIX, ModelSourceError
-from deployments.handoff.snapshot import GpuSlot, PlanSnapshot, from_llamacpp_plan
+from deployments.handoff.llamacpp_snapshot import from_llamacpp_plan
+from deployments.handoff.snapshot import GpuSlot, PlanSnapshot
 from deployments.lifecycle.errors import DeploymentError
-from deployments.models import Deployment, Engine, GpuLease
+from deployments.models import Deployment, GpuLease
 from monitoring.models import Host
 
-LAUNCHABLE_ENGINES = (Engine.VLLM, Engine.TRANSFORMERS, Engine.LLAMACPP)
 ASK_A_NUMBER = "llama.cpp replicas: ask for a number (each replica is planned on its own GPUs)."
 
 
@@ -33,25 +32,6 @@ class GgufLaunch:
     gpu_overhead_bytes: int  # the planner's CUDA context per GPU holding layers, leased too
     # Each replica's GPUs (host indices), the first replica's being the plan's own.
     replica_gpus: tuple[tuple[int, ...], ...] = ()
-
-
-def engine_problem(engine: str, model_ref: str) -> str | None:
-    """Why this engine cannot load this model, or None."""
-    if engine not in LAUNCHABLE_ENGINES:
-        return f"Unknown engine {engine!r}; choose vllm, transformers or llamacpp."
-    gguf = is_gguf_ref(model_ref)
-    if engine == Engine.LLAMACPP and not gguf:
-        return (
-            f"{model_ref!r} is not a GGUF model; llama.cpp loads GGUF files only. Give a "
-            "local:<root>/<path>.gguf file or a Hub GGUF repo with its quantization "
-            "(org/Model-GGUF:Q4_K_M), or launch this model on vllm or transformers."
-        )
-    if engine != Engine.LLAMACPP and gguf:
-        return (
-            f"{model_ref!r} is a GGUF model; {engine} does not load GGUF files here. "
-            "Launch it on llamacpp."
-        )
-    return None
 
 
 def layout_problem(*, replicas: int | None, hosts: tuple[str, ...]) -> str | None:

@@ -22,6 +22,7 @@ from controlpanel.audit import audit_record
 from controlpanel.celery import app as celery_app
 from controlpanel.celery import host_queue
 from controlpanel.roles import Role
+from deployments.engines import platforms
 from deployments.lifecycle.dispatch import SEND_RETRY_POLICY, enqueue
 from deployments.lifecycle.errors import DeploymentError
 from deployments.lifecycle.reservations import reserve_bytes
@@ -51,7 +52,8 @@ def idle_setting_update(
     http_request: HttpRequest | None = None,
 ) -> Deployment:
     """Sleep (or scale to zero) after `sleep_after_s` without a request; None: never. On every
-    replica; a running vLLM engine started without sleep mode is scaled to zero instead until
+    replica. Only vLLM on a GPU sleeps (engines.platforms: the audit row says what this one
+    will do); a running vLLM engine started without sleep mode is scaled to zero instead until
     its next start adds the flag."""
     require_role(user, Role.OPERATOR)
     if sleep_after_s is not None and not MIN_SLEEP_AFTER_S <= sleep_after_s <= MAX_SLEEP_AFTER_S:
@@ -68,7 +70,11 @@ def idle_setting_update(
             target_type="deployment",
             target_id=first.pk,
             request=http_request,
-            detail={"name": first.name, "sleep_after_s": sleep_after_s},
+            detail={
+                "name": first.name,
+                "sleep_after_s": sleep_after_s,
+                "when_idle": platforms.idle_words(first.engine, first.engine_device),
+            },
         )
     first.sleep_after_s = sleep_after_s
     return first
@@ -87,6 +93,8 @@ def wake_for_request(*, name: str, reason: str) -> WakeAnswer:
     on demand is a compare-and-set under the row's lock, so a second caller changes nothing."""
     rows = list(Deployment.objects.filter(name=name, status__in=ASLEEP).select_related("host"))
     if not rows:
+        if _scaling_to_zero(name):  # held until it has, then started again (gateway.wake)
+            return WakeAnswer(asleep=True)
         coming = Deployment.objects.filter(name=name, status__in=WAKING).exists()
         return WakeAnswer(asleep=coming and idle_marks.waking(name))
     first_caller = idle_marks.claim_wake(name, settings.SHARDBOARD_WAKE_HOLD_S)
@@ -105,6 +113,16 @@ def wake_for_request(*, name: str, reason: str) -> WakeAnswer:
         idle_marks.wake_done(name)
         return WakeAnswer(asleep=True, problem=str(exc))
     return WakeAnswer(asleep=True)
+
+
+def _scaling_to_zero(name: str) -> bool:
+    """A replica of `name` is stopping because it went idle (its going-idle mark committed),
+    not because someone stopped it."""
+    stopping = list(
+        Deployment.objects.filter(name=name, status=Status.STOPPING).values_list("pk", flat=True)
+    )
+    marks = idle_marks.going_state(stopping) if stopping else {}
+    return idle_marks.COMMITTED in marks.values()
 
 
 def start_on_demand(*, deployment_id: int, reason: str) -> bool:

@@ -63,7 +63,11 @@ def launch_steps(d: Deployment) -> Steps:
         .order_by("-created_at")
         .first()
     )
-    rows = [_row(p, phases.get(p), expected.get(p), download, live=live) for p in Phase]
+    rows = [
+        _row(p, phases.get(p), expected.get(p), download, live=live)
+        for p in Phase
+        if p != Phase.ENGINE or p in phases  # a step only for a start that waited for it
+    ]
     total = sum(expected.values()) if expected else None
     return Steps(rows, total, live, _further_hosts(d))
 
@@ -101,6 +105,8 @@ def _row(
 
 
 def _text(phase: Phase, row: LaunchPhase, download: ModelDownload | None) -> str:
+    if phase == Phase.ENGINE:
+        return row.detail
     if phase == Phase.DOWNLOADING:
         if download is None:
             return "already on this host"
@@ -145,7 +151,7 @@ def expected_durations(d: Deployment) -> dict[str, float]:
     durations: dict[str, list[float]] = defaultdict(list)
     rows = LaunchPhase.objects.filter(
         deployment_id__in={pk for pk, _ in starts}, ended_at__isnull=False
-    ).exclude(phase=Phase.READY)
+    ).exclude(phase__in=[Phase.READY, Phase.ENGINE])  # an engine is prepared once, not per start
     for row in rows:
         if (row.deployment_id, row.attempt) in starts and row.duration_s is not None:
             durations[row.phase].append(row.duration_s)

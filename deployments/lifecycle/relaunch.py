@@ -8,11 +8,12 @@ from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
 from deployments import planning
-from deployments.lifecycle import gguf_launch
+from deployments.lifecycle import placement
+from deployments.lifecycle.adapters import keep_adapters
 from deployments.lifecycle.errors import DeploymentError
 from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.lifecycle.spanning import further_hosts
-from deployments.models import Deployment, Engine, ScalingPolicy
+from deployments.models import Deployment, ScalingPolicy
 
 POLICY_FIELDS = (
     "min_replicas",
@@ -54,15 +55,21 @@ def deployment_relaunch(
         replicas=None if asked == "max" else int(asked),
         hosts=further_hosts(first),
         team=first.team.name if first.team else None,
-        # llama.cpp's own settings (cache types, -fa, split mode); the split is planned again
-        llamacpp=(
-            gguf_launch.settings_of(first, split=False) if first.engine == Engine.LLAMACPP else None
-        ),
+        **placement.for_engine(first.engine).relaunch_fields(first),
     )
     launched = deployment_create(
         user=user, request=request, http_request=http_request, hub_token=hub_token
     )
     _keep_policy(first, launched, user=user, http_request=http_request)
+    if kept := keep_adapters(first, launched, user=user):
+        audit_record(
+            actor=user,
+            action="deployment.adapters_kept",
+            target_type="deployment",
+            target_id=launched.pk,
+            request=http_request,
+            detail={"name": launched.name, "kept_from": first.pk, "adapters": kept},
+        )
     return launched
 
 

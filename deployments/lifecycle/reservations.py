@@ -8,12 +8,11 @@ from collections import Counter
 from django.db.models import Q
 from django.utils import timezone
 
-from deployments import planning
 from deployments.catalog.registered import reserved_bytes
 from deployments.lifecycle.errors import DeploymentError
 from deployments.models import Deployment, GpuLease
 from deployments.planning.units import GIB
-from monitoring.models import Gpu, Host
+from monitoring.models import DeviceKind, Gpu, Host
 from teams import quota
 
 
@@ -21,50 +20,39 @@ class ReservationConflict(DeploymentError):
     """Another launch reserved the memory this plan counted on, after it was made."""
 
 
-def reserve_gpus(rows: list[Deployment], host: Host, plan: planning.Plan) -> None:
-    """Reserve the plan's bytes on each GPU of every replica (``rows[k]`` runs replica k + 1),
-    or refuse if they no longer fit. A plan over several hosts
-    leases on each of them here, in the same transaction.
-
-    The GPU rows are locked in primary-key order (no deadlock between launches sharing GPUs)
-    before the active reservations are summed, so a concurrent launch waits for this
-    transaction and then sees its reservations: no interleaving over-commits a GPU. SQLite
-    takes its one write lock at the transaction's first statement (IMMEDIATE), which does
-    the same. Every replica runs the first one's command, so each reserves the same bytes.
-    """
-    per_replica = [
-        {
-            (ref.host or host.name, ref.index): mem.total_bytes
-            for ref, mem in zip(refs, plan.per_gpu, strict=True)
-        }
-        for refs in plan.gpus[: len(rows)]
-    ]
-    reserve_bytes(rows, host, per_replica)
-
-
 def reserve_bytes(
     rows: list[Deployment], host: Host, per_replica: list[dict[tuple[str, int], int]]
 ) -> None:
-    """`reserve_gpus` for bytes already worked out: ``per_replica[k]`` maps (host name, GPU
-    index) to the bytes replica k + 1 leases there (a llama.cpp plan's, for one)."""
+    """Reserve each replica's bytes on its devices (``rows[k]`` runs replica k + 1:
+    ``per_replica[k]`` maps (host name, device index) to the bytes it leases there:
+    lifecycle.placement.leases), or refuse if they no longer fit. A plan over several hosts
+    leases on each of them here, in the same transaction.
+
+    The device rows are locked in primary-key order (no deadlock between launches sharing
+    GPUs) before the active reservations are summed, so a concurrent launch waits for this
+    transaction and then sees its reservations: no interleaving over-commits a GPU. SQLite
+    takes its one write lock at the transaction's first statement (IMMEDIATE), which does
+    the same."""
     wanted: Counter[tuple[str, int]] = Counter()
     for replica in per_replica:
         wanted.update(replica)
-    if rows[0].team_id is not None:
-        try:
-            quota.check_launch(
-                team_id=rows[0].team_id,
-                adding_gpus=sum(len(r) for r in per_replica),
-                now=timezone.now(),
-            )
-        except quota.QuotaExceeded as exc:
-            raise DeploymentError(str(exc)) from exc
     match = Q(pk__in=[])
     for name, index in wanted:
         match |= Q(host__name=name, index=index)
     gpus = list(Gpu.objects.select_for_update().filter(match).select_related("host").order_by("pk"))
     if len(gpus) != len(wanted):
         raise DeploymentError(f"A GPU of this plan is no longer registered on {host.name}.")
+    if rows[0].team_id is not None:
+        # a team's quota counts GPUs: a lease on a host's CPU row (RAM) is not one
+        on_gpus = {(g.host.name, g.index) for g in gpus if g.kind == DeviceKind.GPU}
+        try:
+            quota.check_launch(
+                team_id=rows[0].team_id,
+                adding_gpus=sum(1 for r in per_replica for ref in r if ref in on_gpus),
+                now=timezone.now(),
+            )
+        except quota.QuotaExceeded as exc:
+            raise DeploymentError(str(exc)) from exc
     held = reserved_bytes(g.pk for g in gpus)
     for gpu in gpus:
         others, want = held.get(gpu.pk, 0), wanted[gpu.host.name, gpu.index]

@@ -6,5 +6,6 @@ from deployments.lifecycle import consumers
 
 websocket_urlpatterns = [
     path("ws/deployments/", consumers.DeploymentsConsumer.as_asgi()),
+    path("ws/engines/", consumers.EnginesConsumer.as_asgi()),
     path("ws/deployments/<int:pk>/log/", consumers.EngineLogConsumer.as_asgi()),
 ]

@@ -1,8 +1,9 @@
 """Scaling a running deployment: more replicas of the same command, or fewer.
 
-Up: the launch's own path (the planner on the host's free GPUs, pinned to the first replica's
-layout; the same locked reservation; one ``deployments.launch`` per new row on commit). Every
-new replica runs the first one's command and reserves its bytes per GPU, as at launch.
+Up: the launch's own path (the engine's placement, lifecycle.placement, on the host's free
+devices, pinned to the first replica's layout; the same locked reservation; one
+``deployments.launch`` per new row on commit). Every new replica runs the first one's command
+and reserves its bytes per device, as at launch. The autoscaler scales through here too.
 Down: the highest-index replicas leave the gateway's rotation, are drained and stop (as a stop
 does: deployments.live.drain) and are retired: their rows stay, with
 their history, but no longer count in the deployment's state (``Deployment.group``).
@@ -11,7 +12,6 @@ their history, but no longer count in the deployment's state (``Deployment.group
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -21,23 +21,18 @@ from django.http import HttpRequest
 
 from controlpanel.audit import audit_record
 from controlpanel.roles import Role
-from deployments import planning
-from deployments.catalog.sources import ModelSourceError, resolve_source
 from deployments.handoff.snapshot import GpuSlot
-from deployments.lifecycle import gguf_launch
+from deployments.lifecycle import placement
 from deployments.lifecycle.dispatch import enqueue
 from deployments.lifecycle.reservations import reserve_bytes
 from deployments.lifecycle.services import (
     DeploymentError,
-    LaunchRequest,
     ReservationConflict,
-    choose_plan,
     online_host,
     require_role,
-    reserve_gpus,
 )
 from deployments.live import drain
-from deployments.models import ACTIVE, Deployment, Engine, Status
+from deployments.models import ACTIVE, Deployment, Status
 from teams import membership
 
 MAX_REPLICAS = 16
@@ -106,34 +101,16 @@ def _scale_up(
     user: Any, first: Deployment, replicas: int, http_request: HttpRequest | None
 ) -> Deployment:
     host = online_host(first.host.name)
-    llama = first.engine == Engine.LLAMACPP  # planned by the llama.cpp planner, GGUF refs
-    try:
-        source = (
-            None
-            if llama
-            else resolve_source(first.snapshot.model_ref or first.model_id, first.revision)
-        )
-    except ModelSourceError as exc:
-        raise DeploymentError(str(exc)) from exc
+    placer = placement.for_engine(first.engine)
     with transaction.atomic():
         rows = list(first.group().select_for_update().order_by("replica_index"))
         live = [r for r in rows if r.status in _LIVE]
         adding = replicas - len(live)
         if adding <= 0:
             raise DeploymentError(f"{first.name} already has {len(live)} live replicas.")
-        if llama:
-            groups = gguf_launch.more_replicas(first, host, adding)
-            new_rows = _new_rows(first, [[GpuSlot("", i) for i in g] for g in groups], rows)
-            per_gpu = [g.total_bytes for g in first.snapshot.per_gpu]
-            per_replica = [
-                {(host.name, i): b for i, b in zip(g, per_gpu, strict=True)} for g in groups
-            ]
-            reserve_bytes(new_rows, host, per_replica)
-        else:
-            plan = _placement(source, host, first, adding)
-            slots = [[GpuSlot(g.host, g.index) for g in plan.gpus[k]] for k in range(adding)]
-            new_rows = _new_rows(first, slots, rows)
-            reserve_gpus(new_rows, host, plan)
+        slots = placer.more(first, host, adding)
+        new_rows = _new_rows(first, slots, rows)
+        reserve_bytes(new_rows, host, placement.leases(first.snapshot.with_gpus(slots), host.name))
         for row in new_rows:
             key = row.engine_api_key()
             row.api_key_hash = hashlib.sha256(key.encode()).hexdigest()
@@ -147,43 +124,6 @@ def _scale_up(
         for row in new_rows:
             transaction.on_commit(partial(enqueue, "deployments.launch", row, [row]))
     return first
-
-
-def _placement(source: Any, host: Any, first: Deployment, adding: int) -> planning.Plan:
-    """Where `adding` more replicas of the first one's layout go, or a refusal saying how
-    many the free GPUs hold."""
-    snapshot = first.snapshot
-    overrides = {
-        k: v
-        for k, v in snapshot.request.items()
-        if k in planning.PlanRequest.__dataclass_fields__ and k not in ("replicas", "concurrency")
-    }
-    overrides |= {
-        "tensor_parallel_size": snapshot.engine_args.tensor_parallel_size,
-        "pipeline_parallel_size": snapshot.engine_args.pipeline_parallel_size,
-        "max_model_len": snapshot.engine_args.max_model_len,
-    }
-    pinned = planning.PlanRequest(**overrides)
-    request = LaunchRequest(
-        name=first.name,
-        model_ref=source.ref,
-        host_name=first.host.name,
-        engine=first.engine,
-        revision=first.revision,
-        plan_request=pinned,
-        replicas=adding,
-    )
-    try:
-        plan, _ = choose_plan(source, first.host, request)
-    except DeploymentError as exc:
-        raise DeploymentError(f"Cannot add {adding} replica(s) to {first.name}: {exc}") from exc
-    wanted = [g.total_bytes for g in snapshot.per_gpu]
-    if [m.total_bytes for m in plan.per_gpu] != wanted:
-        raise DeploymentError(
-            f"The free GPUs of {host.name} would not run {first.name}'s command as it is "
-            "(its memory per GPU differs there); stop it and launch it again with more replicas."
-        )
-    return replace(plan, gpus=plan.gpus[:adding])
 
 
 def _new_rows(

@@ -6,12 +6,14 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import redis
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.http import QueryDict
 
 from controlpanel.models import AuditEvent
 from deployments.catalog.selectors import concurrency_text
+from deployments.engines import platforms
 from deployments.handoff.snapshot import PlanSnapshot
+from deployments.lifecycle import adapter_selectors
 from deployments.lifecycle.accuracy import deployment_starts
 from deployments.lifecycle.engine_memory import engine_memory_table
 from deployments.lifecycle.launchphases import launch_steps
@@ -19,7 +21,7 @@ from deployments.lifecycle.planned_vs_measured import memory_table
 from deployments.lifecycle.shares import share_table
 from deployments.live import enginelog
 from deployments.models import HOLDS_NAME, Deployment, Status, replicas
-from monitoring.models import Host
+from monitoring.models import DeviceKind, Host
 from playground.gateway import balance
 
 STATUS_CHOICES = Status.choices
@@ -152,6 +154,8 @@ def detail_context(deployment: Deployment) -> dict[str, Any]:
         "plan_kind": plan_kind(deployment.snapshot),
         "log": log_panel(deployment),
         "steps": launch_steps(deployment),
+        "idle_words": platforms.idle_words(deployment.engine, deployment.engine_device),
+        **adapter_selectors.page_context(first),
     }
 
 
@@ -194,3 +198,28 @@ def plan_kind(plan: PlanSnapshot) -> dict[str, str]:
         "kind": "embedding model" if plan.embeds else "",
         "no_kv": "yes" if plan.embeds and plan.kv_cache_tokens == 0 else "",
     }
+
+
+@dataclass(frozen=True, slots=True)
+class HostEngines:
+    name: str
+    simulated: bool
+    engines: tuple[platforms.HostEngine, ...]
+
+
+def launch_hosts() -> list[HostEngines]:
+    """Each host a launch may name, with the engines it runs and where (the launch form)."""
+    rows = (
+        Host.objects.in_service()
+        .values_list("name", "simulated")
+        .annotate(
+            gpu_count=Count("gpus", filter=Q(gpus__kind=DeviceKind.GPU, gpus__present=True)),
+            cpu_count=Count("gpus", filter=Q(gpus__kind=DeviceKind.CPU, gpus__present=True)),
+        )
+    )
+    return [
+        HostEngines(
+            name, simulated, platforms.host_engines(simulated=simulated, gpus=gpus, cpu=cpus > 0)
+        )
+        for name, simulated, gpus, cpus in rows
+    ]

@@ -7,7 +7,8 @@ the host of the first stage, which runs the engine (deployments.host.ray).
 
 from __future__ import annotations
 
-from deployments import planning
+from deployments.engines import platforms
+from deployments.handoff.snapshot import PlanSnapshot
 from deployments.lifecycle.errors import DeploymentError
 from deployments.models import Deployment, RayNode
 from monitoring.models import Host
@@ -22,14 +23,25 @@ def check_hosts(first: str, hosts: tuple[str, ...], replicas: int | None) -> Non
         raise DeploymentError("A launch over several hosts runs one replica; ask for 1.")
 
 
-def spanned_hosts(plan: planning.Plan, host: Host) -> list[Host]:
+def cpu_ray_refusal(snapshot: PlanSnapshot, host: Host) -> str | None:
+    """Refused before a lease or a Ray node exists, rather than by vLLM once the cluster has
+    formed (engines.platforms.ray_refusal)."""
+    hosts = spanned_hosts(snapshot, host)
+    return platforms.ray_refusal(
+        hosts=len(hosts),
+        device=snapshot.engine_args.device,
+        any_simulated=any(h.simulated for h in hosts),
+    )
+
+
+def spanned_hosts(plan: PlanSnapshot, host: Host) -> list[Host]:
     """The hosts of the first replica, in rank order: the first runs the engine."""
     names = list(dict.fromkeys(ref.host or host.name for ref in plan.gpus[0])) if plan.gpus else []
     found = {h.name: h for h in Host.objects.filter(name__in=names)}
     return [found[n] for n in names if n in found] or [host]
 
 
-def ray_nodes(row: Deployment, plan: planning.Plan, lead: Host) -> None:
+def ray_nodes(row: Deployment, plan: PlanSnapshot, lead: Host) -> None:
     """One Ray node per host the replica spans: the head with the engine, workers elsewhere.
     No automatic restart: a restarted engine would need the whole cluster formed again."""
     Deployment.objects.filter(pk=row.pk).update(auto_restart=False)

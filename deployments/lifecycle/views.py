@@ -9,7 +9,15 @@ from django.views.decorators.http import require_POST
 
 from controlpanel.roles import Role, role_required
 from deployments.catalog.selectors import session_hub_token
-from deployments.lifecycle import dispatch, launchphases, relaunch, scaling, selectors, services
+from deployments.lifecycle import (
+    dispatch,
+    engineprep,
+    launchphases,
+    relaunch,
+    scaling,
+    selectors,
+    services,
+)
 from deployments.lifecycle import planned_vs_measured as memory
 from deployments.lifecycle.forms import LaunchForm
 from deployments.models import Deployment
@@ -79,10 +87,18 @@ def deployment_new(request: HttpRequest) -> HttpResponse:
             messages.error(request, str(exc))
         else:
             messages.success(request, f"Launching {deployment.name} on {deployment.host.name}.")
+            if waits := engineprep.waiting_note(deployment.host, deployment.engine):
+                messages.warning(request, waits)
             if note := dispatch.queue_note(deployment):
                 messages.warning(request, note)
             return redirect("deployment_detail", pk=deployment.pk)
-    return render(request, "deployments/new.html", {"form": form})
+    context = {
+        "form": form,
+        "host_engines": selectors.launch_hosts(),
+        "engines": engineprep.host_engines(),
+        "engines_next": request.path,
+    }
+    return render(request, "deployments/new.html", context)
 
 
 @require_POST

@@ -1,4 +1,5 @@
-"""When a deployment last had a request, and the one wake in progress: both in Redis.
+"""When a deployment last had a request, the one wake in progress, and a replica going idle:
+all in Redis.
 
 The gateway writes a name's last request time (at most once per TOUCH_EVERY_S per web process,
 so a busy name costs one SET a second, not one per request); the host worker that owns the
@@ -88,5 +89,94 @@ def wake_done(name: str) -> None:
         client.delete(wake_key(name))
     except (RedisError, OSError) as exc:
         logger.warning("wake mark of %s left to expire: %s", name, exc)
+    finally:
+        client.close()
+
+
+# --- going idle: a replica between the idle decision and its sleep or stop ------------------
+# The host worker marks the replica "going" before it drains it, and turns the mark into
+# "committed" once drained, unless a request came meanwhile: the gateway, finding the replica
+# drained, deletes a "going" mark (the sleep is called off and the replica comes back) or, seeing
+# "committed", holds the request until the replica is asleep or scaled to zero and wakes it.
+# One Redis script each, so exactly one side wins a race.
+
+GOING = "going"
+COMMITTED = "committed"
+# Committed only if still going and no request was recorded since the idle decision.
+COMMIT_SCRIPT = """
+if redis.call('GET', KEYS[1]) ~= 'going' then return 0 end
+local last = tonumber(redis.call('GET', KEYS[2]) or '0')
+if last and last > tonumber(ARGV[1]) then redis.call('DEL', KEYS[1]) return 0 end
+redis.call('SET', KEYS[1], 'committed', 'PX', ARGV[2])
+return 1
+"""
+# Per key: "off" (was going: called off), "committed", or "" (no mark).
+CALL_OFF_SCRIPT = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  if v == 'going' then redis.call('DEL', key) out[i] = 'off'
+  elseif v == 'committed' then out[i] = 'committed'
+  else out[i] = '' end
+end
+return out
+"""
+
+
+def going_key(deployment_id: int) -> str:
+    return f"shardboard:idle:going:{deployment_id}"
+
+
+def going_begin(deployment_id: int, ttl_s: float) -> bool:
+    """Mark the replica going idle (False: Redis did not answer; it goes idle unguarded)."""
+    client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
+    try:
+        client.set(going_key(deployment_id), GOING, px=max(int(ttl_s * 1000), 1))
+        return True
+    except (RedisError, OSError) as exc:
+        logger.warning("going idle of replica %s not marked: %s", deployment_id, exc)
+        return False
+    finally:
+        client.close()
+
+
+def going_commit(deployment_id: int, name: str, decided_s: float, ttl_s: float) -> bool:
+    """True: go on to sleep or stop. False: a request came since `decided_s` (the wall-clock
+    time of the idle decision) or the gateway called it off. Without Redis: True, as before."""
+    client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
+    try:
+        keys = [going_key(deployment_id), last_request_key(name)]
+        ttl_ms = max(int(ttl_s * 1000), 1)
+        return bool(client.eval(COMMIT_SCRIPT, 2, *keys, repr(decided_s), ttl_ms))
+    except (RedisError, OSError) as exc:
+        logger.warning("going idle of replica %s not checked: %s", deployment_id, exc)
+        return True
+    finally:
+        client.close()
+
+
+def going_state(deployment_ids: list[int]) -> dict[int, str]:
+    """The replicas' marks ("going" or "committed"); those without one are left out."""
+    client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
+    try:
+        values = client.mget([going_key(pk) for pk in deployment_ids]) if deployment_ids else []
+    except (RedisError, OSError) as exc:
+        logger.warning("going-idle marks unknown, Redis unavailable: %s", exc)
+        return {}
+    finally:
+        client.close()
+    return {
+        pk: (v.decode() if isinstance(v, bytes) else str(v))
+        for pk, v in zip(deployment_ids, values, strict=True)
+        if v
+    }
+
+
+def going_end(deployment_id: int) -> None:
+    client = redisconn.client(connect_timeout_s=0.5, timeout_s=1)
+    try:
+        client.delete(going_key(deployment_id))
+    except (RedisError, OSError) as exc:
+        logger.warning("going-idle mark of replica %s left to expire: %s", deployment_id, exc)
     finally:
         client.close()

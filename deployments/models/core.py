@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from deployments.engines import UnsupportedSpec
 from deployments.handoff.snapshot import PlanSnapshot, planned_command
-from monitoring.models import Gpu, Host
+from monitoring.models import DeviceKind, Gpu, Host
 
 
 class Status(models.TextChoices):
@@ -215,6 +215,15 @@ class Deployment(models.Model):
             return ()  # an engine this release has no adapter for: no command, not an error page
 
     @property
+    def engine_device(self) -> str:
+        """Where its engine runs: "cpu" for a plan on the host's CPU, and for every engine of a
+        host whose GPUs are simulated (in their place; over several hosts a Ray test engine
+        stands in); "gpu" otherwise (engines.platforms: what each engine does there)."""
+        if self.snapshot.engine_args.device == "cpu":
+            return "cpu"
+        return "cpu" if self.host.simulated and not self.spans_hosts else "gpu"
+
+    @property
     def sleep_after_min(self) -> float | None:
         """The idle setting in minutes, as the pages and forms give it."""
         return None if self.sleep_after_s is None else round(self.sleep_after_s / 60, 2)
@@ -271,8 +280,14 @@ class DeploymentEvent(models.Model):
         return f"{self.deployment_id}: {self.old_status} -> {self.new_status}"
 
 
+class GpuLeaseQuerySet(models.QuerySet["GpuLease"]):
+    def on_gpus(self) -> GpuLeaseQuerySet:
+        """Leases on GPUs, not on a host's CPU row: what GPU counts and quotas mean."""
+        return self.filter(gpu__kind=DeviceKind.GPU)
+
+
 class GpuLease(models.Model):
-    """A deployment's reservation of ``memory_bytes`` on a GPU.
+    """A deployment's reservation of ``memory_bytes`` on a GPU (or on a host's CPU row: RAM).
 
     Several deployments may share a GPU while their active reservations fit into its total;
     the launch service checks that sum with the GPU rows locked (lifecycle.services), which a
@@ -291,6 +306,8 @@ class GpuLease(models.Model):
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
+
+    objects = GpuLeaseQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -14,6 +14,9 @@ class Phase(models.TextChoices):
     """The steps of an engine's start, in order (deployments.engines.phases recognises them)."""
 
     DOWNLOADING = "downloading", "Downloading weights"
+    # Not an engine's own step: the launch waits while its host still prepares the engine
+    # (deployments.host.prepare); shown only by a start that waited.
+    ENGINE = "engine", "Waiting for the engine to be prepared"
     LOADING = "loading", "Loading weights"
     PROFILING = "profiling", "Profiling memory"
     CUDA_GRAPHS = "cuda_graphs", "Capturing CUDA graphs"

@@ -41,6 +41,7 @@ class DeviceInfo:
     memory_total_bytes: int
     pci_bus_id: str
     numa_node: int | None
+    kind: str = "gpu"  # "cpu": the host's CPU and RAM as a device (monitoring.gpus.cpu)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,8 @@ def host_register(
     topology: Sequence[TopologyLink],
     info: dict[str, Any],
 ) -> Host:
-    """Create or refresh the host and its GPUs; GPUs it no longer reports are marked absent."""
+    """Create or refresh the host and its devices (GPUs, and its CPU when it offers it);
+    devices it no longer reports are marked absent."""
     now = timezone.now()
     host, _ = Host.objects.update_or_create(
         name=name,
@@ -57,6 +58,7 @@ def host_register(
                 "memory_total_bytes": device.memory_total_bytes,
                 "pci_bus_id": device.pci_bus_id,
                 "numa_node": device.numa_node,
+                "kind": device.kind,
                 "present": True,
             },
         )

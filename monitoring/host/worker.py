@@ -33,6 +33,7 @@ from controlpanel import redisconn
 from controlpanel.celery import host_queue
 from monitoring import live, selectors
 from monitoring.gpus import GpuBackend, HostSample, get_backend
+from monitoring.gpus.cpu import CpuDevice, WithCpu
 from monitoring.history import owners_key
 from monitoring.host import registration
 from monitoring.host.history_writer import HistoryWriter
@@ -78,6 +79,10 @@ def backend_note(backend: GpuBackend) -> str:
 
 
 def register(host: str, backend: GpuBackend) -> None:
+    """``backend`` is the worker's devices: its GPU backend, with its CPU (``WithCpu``)."""
+    info: dict[str, Any] = {"pid": os.getpid(), "interval_s": settings.SAMPLE_INTERVAL_S}
+    if isinstance(backend, WithCpu):
+        info["cpu"] = backend.cpu.facts.as_info()
     registration.host_register(
         name=host,
         queue=host_queue(host),
@@ -87,9 +92,10 @@ def register(host: str, backend: GpuBackend) -> None:
         backend_note=backend_note(backend),
         devices=backend.devices(),
         topology=backend.topology(),
-        info={"pid": os.getpid(), "interval_s": settings.SAMPLE_INTERVAL_S},
+        info=info,
     )
-    log.info("host %s registered with %d GPU(s)", host, len(backend.devices()))
+    gpus = sum(1 for d in backend.devices() if d.kind == "gpu")
+    log.info("host %s registered with %d GPU(s)%s", host, gpus, " and its CPU" * ("cpu" in info))
     announce(host)
 
 
@@ -102,9 +108,17 @@ def announce(host: str) -> None:
         log.warning("host %s: could not announce the registration (%s)", host, exc)
 
 
+def with_cpu(backend: GpuBackend, host: str, pgids: Callable[[], Any]) -> GpuBackend:
+    """The GPU backend plus this host's CPU as a device, unless SHARDBOARD_CPU_DEVICE is off."""
+    if not settings.SHARDBOARD_CPU_DEVICE:
+        return backend
+    return WithCpu(backend, CpuDevice(host, pgids))
+
+
 @dataclass
 class HostAgent:
-    """The heartbeat thread (which also refreshes deployment pgids) and the sampler."""
+    """The heartbeat thread (which also refreshes deployment pgids) and the sampler; ``backend``
+    is every device this host offers (its GPUs and, with ``with_cpu``, its CPU)."""
 
     host: str
     backend: GpuBackend
@@ -193,6 +207,7 @@ def start_agent() -> HostAgent:
     global _agent
     host = host_name()
     agent = HostAgent(host, current_backend(), history_writer())
+    agent.backend = with_cpu(agent.backend, host, lambda: agent.pgid_owners.keys())
     agent.start()
     _agent = agent
     return agent

@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 
 from controlpanel.roles import Role, has_role
-from playground import tokens
+from playground import model_allowlist, tokens
 from playground.gateway import dbwork
 from playground.gateway.cache import TtlCache
 from playground.models import Scope
@@ -26,11 +26,17 @@ from playground.models import Scope
 
 class AccessError(Exception):
     def __init__(
-        self, status: int, kind: str, message: str, retry_after_s: int | None = None
+        self,
+        status: int,
+        kind: str,
+        message: str,
+        retry_after_s: int | None = None,
+        parent: str = "",
     ) -> None:
         super().__init__(message)
         self.status, self.kind, self.message = status, kind, message
         self.retry_after_s = retry_after_s  # a Retry-After header (a deployment still waking)
+        self.parent = parent  # an adapter's deployment: the one a request wakes
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +51,9 @@ class Caller:
     expires_ts: float | None = None
     # The token's own concurrent-request limit (ApiToken.max_concurrent); None: the setting.
     max_concurrent: int | None = None
+    # The models it may use (its token's and its teams' lists: playground.model_allowlist);
+    # None: any.
+    models: frozenset[str] | None = None
 
 
 def auth_cache_s() -> float:
@@ -124,6 +133,7 @@ def _caller(request: HttpRequest, *, csrf: bool) -> Caller:
             token.tokens_per_day_limit,
             expires_ts,
             token.max_concurrent,
+            model_allowlist.allowed(token.user, token.allowed_models),
         )
     user = session_user(request)
     if not user.is_authenticated:
@@ -132,7 +142,7 @@ def _caller(request: HttpRequest, *, csrf: bool) -> Caller:
         )
     if csrf and not csrf_passes(request):
         raise AccessError(403, "csrf_failed", "CSRF check failed: send the X-CSRFToken header")
-    return Caller(user, "session")
+    return Caller(user, "session", models=model_allowlist.allowed(user))
 
 
 def session_user(request: HttpRequest) -> Any:

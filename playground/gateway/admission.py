@@ -68,6 +68,13 @@ async def admit(request: HttpRequest, kind: Kind, started_s: float) -> Exchange:
     caller = await authenticate_async(request)
     try:
         call, length = capped_call(request_body(request), kind)
+        if caller.models is not None and call.model not in caller.models:
+            raise AccessError(
+                403,
+                "model_not_allowed",
+                f"{call.model!r} is not among the models this caller may use: "
+                + (", ".join(sorted(caller.models)) or "none"),
+            )
         replicas = await replicas_for(caller, call.model)
         unserved = protocols.unserved(kind, replicas[0].engine)
         if unserved is not None:
@@ -118,8 +125,8 @@ async def replicas_for(caller: Caller, name: str) -> tuple[Target, ...]:
     try:
         found = await targets.get_or_load(name, load)
     except AccessError as exc:  # none running: held while a sleeping one wakes (gateway.wake)
-        found = await wake.held(name, exc, load)
-    wake.touch(name)
+        found = await wake.held(exc.parent or name, exc, load)
+    wake.touch(found[0].name)  # an adapter's requests keep its deployment awake
     return found
 
 

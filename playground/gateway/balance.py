@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import os
-import secrets
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -43,8 +43,10 @@ ROTATION_S = 1.0  # how old the list of a name's running replicas may be
 DOWN_S = 2.0  # how long a replica whose engine refused a connection stays out
 
 # KEYS: n in-flight sets, n down marks, n drain marks, the name's routing figures (a hash).
-# ARGV: n, ttl_s, member, tie offset, skip_down, load factor (0: no prefix), then the prefix's
-# preference order (n 1-based indices). routing.choose is this rule in Python.
+# ARGV: n, ttl_s, member, skip_down, load factor (0: no prefix), then the prefix's preference
+# order (n 1-based indices). routing.choose is this rule in Python. Ties among the least loaded
+# rotate with the name's pick counter, shared by every web process: idle replicas take turns
+# (a random offset sent all four of a test's sequential requests to one replica, 1 run in 8).
 _PICK = """
 local n = tonumber(ARGV[1])
 local now = redis.call('TIME')
@@ -52,7 +54,7 @@ local now_s = tonumber(now[1]) + tonumber(now[2]) / 1000000
 local counts, total, m = {}, 0, 0
 for i = 1, n do
   local out = redis.call('EXISTS', KEYS[2 * n + i]) == 1
-  if not out and ARGV[5] == '1' then out = redis.call('EXISTS', KEYS[n + i]) == 1 end
+  if not out and ARGV[4] == '1' then out = redis.call('EXISTS', KEYS[n + i]) == 1 end
   if not out then
     redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now_s)
     counts[i] = redis.call('ZCARD', KEYS[i])
@@ -61,11 +63,11 @@ for i = 1, n do
 end
 if m == 0 then return {0, 0} end
 local best, home = 0, 0
-local factor = tonumber(ARGV[6])
+local factor = tonumber(ARGV[5])
 if factor > 0 then
   local bound = math.max(1, math.ceil(factor * (total + 1) / m))
   for k = 1, n do
-    local i = tonumber(ARGV[6 + k])
+    local i = tonumber(ARGV[5 + k])
     if counts[i] ~= nil then
       if home == 0 then home = i end
       if counts[i] + 1 <= bound then best = i break end
@@ -74,8 +76,9 @@ if factor > 0 then
 end
 if best == 0 then
   local best_count = -1
+  local offset = tonumber(redis.call('HGET', KEYS[3 * n + 1], 'picks') or '0')
   for k = 0, n - 1 do
-    local i = (k + tonumber(ARGV[4])) % n + 1
+    local i = (k + offset) % n + 1
     if counts[i] ~= nil and (best_count < 0 or counts[i] < best_count) then
       best, best_count = i, counts[i]
     end
@@ -96,6 +99,7 @@ _PICK_SHA = hashlib.sha1(_PICK.encode(), usedforsecurity=False).hexdigest()
 # This process's own counts and down marks: what decides while Redis does not answer.
 _local_counts: Counter[int] = Counter()
 _local_down: dict[int, float] = {}
+_local_picks = itertools.count()  # this process's tie rotation
 
 __all__ = ["Lease", "NoReplica", "acquire", "inflight_key", "mark_down", "routing_figures"]
 
@@ -178,7 +182,6 @@ async def acquire(
     if not replicas:
         raise NoReplica
     member = os.urandom(8).hex()
-    offset = secrets.randbelow(len(replicas))
     ids = [t.deployment_id for t in replicas]
     keys = [inflight_key(pk) for pk in ids] + [down_key(pk) for pk in ids]
     keys += [drain_key(pk) for pk in ids] + [figures_key(replicas[0].name)]
@@ -187,7 +190,6 @@ async def acquire(
         len(replicas),
         ttl_s,
         member,
-        offset,
         "1" if skip_down else "0",
         factor if order is not None else 0,
         *[i + 1 for i in (order or range(len(replicas)))],
@@ -202,7 +204,7 @@ async def acquire(
     except (RedisError, TimeoutError) as exc:
         logger.warning("replica load not shared, Redis unavailable: %s", exc)
         local_now_s = now_s if skip_down else 0.0
-        return _acquire_local(replicas, offset, local_now_s, member, order, factor)
+        return _acquire_local(replicas, local_now_s, member, order, factor)
     if not picked:
         raise NoReplica
     return Lease(replicas[picked - 1], member, shared=True)
@@ -233,7 +235,6 @@ def _logged(task: asyncio.Future[int]) -> None:
 
 def _acquire_local(
     replicas: Sequence[Target],
-    offset: int,
     now_s: float,
     member: str,
     order: Sequence[int] | None,
@@ -243,7 +244,7 @@ def _acquire_local(
         None if _local_down.get(t.deployment_id, 0.0) > now_s else _local_counts[t.deployment_id]
         for t in replicas
     ]
-    choice = routing.choose(counts, order, factor=factor, offset=offset)
+    choice = routing.choose(counts, order, factor=factor, offset=next(_local_picks))
     if choice is None:
         raise NoReplica
     target = replicas[choice.index]

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from functools import partial
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
-from playground.gateway import balance, followup, limits, ratelimit, routing, sse
+from playground.gateway import balance, dbwork, followup, limits, ratelimit, routing, sse, wake
 from playground.gateway.access import AccessError
 from playground.gateway.admission import PLAYGROUND_HEADER, Exchange, admit
 from playground.gateway.asgi import RelayResponse
@@ -31,6 +32,7 @@ from playground.gateway.errors import error_response
 from playground.gateway.payload import Kind, engine_body
 from playground.gateway.recording import Recorder
 from playground.gateway.rows import Outcome
+from playground.gateway.targets import gateway_replicas
 from playground.gateway.upstream import Target, UpstreamError, open_response, transport_error
 
 __all__ = ["PLAYGROUND_HEADER", "error_response", "gateway"]
@@ -136,6 +138,7 @@ async def _open(recorder: Recorder, holds: Holds) -> Answer:
     prefix = routing.prefix_key(exchange.call.body)
     factor = settings.PLAYGROUND_ROUTING_LOAD_FACTOR
     tried: set[int] = set()
+    held = False
     while True:
         left = [t for t in exchange.replicas if t.deployment_id not in tried]
         now_s = asyncio.get_running_loop().time()
@@ -159,6 +162,11 @@ async def _open(recorder: Recorder, holds: Holds) -> Answer:
                 )
         except balance.NoReplica:
             name = exchange.target.name
+            if not tried and not held:  # drained because it was going idle: held, then served
+                held = True
+                if again := await _after_drain(exchange):
+                    exchange.replicas = again
+                    continue
             raise UpstreamError(
                 503, "engine_unreachable", f"no replica of {name} is reachable right now"
             ) from None
@@ -180,6 +188,15 @@ async def _open(recorder: Recorder, holds: Holds) -> Answer:
             tried.add(lease.target.deployment_id)
             if len(tried) > 1 or len(tried) == len(exchange.replicas):
                 raise
+
+
+async def _after_drain(exchange: Exchange) -> tuple[Target, ...]:
+    name = exchange.target.name
+    lookup = partial(gateway_replicas, user=exchange.caller.user, name=name)
+    try:
+        return await wake.after_drain(name, exchange.replicas, lambda: dbwork.in_thread(lookup))
+    except AccessError as exc:
+        raise UpstreamError(exc.status, exc.kind, exc.message) from None
 
 
 async def _forward(recorder: Recorder, holds: Holds) -> HttpResponseBase:

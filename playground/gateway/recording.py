@@ -72,6 +72,7 @@ def rows_of(exchange: Exchange, outcome: Outcome) -> list[Model]:
         length=exchange.length,
         ip=exchange.ip,
         bearer_id=exchange.bearer_id,
+        adapter=target.adapter,
     )
     if not exchange.from_playground:
         return [audit]

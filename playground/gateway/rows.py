@@ -36,6 +36,7 @@ def gateway_audit_row(
     length: LengthCap | None = None,
     ip: str | None = None,
     bearer_id: str = "",
+    adapter: str = "",
 ) -> AuditEvent:
     """The audit row of one gateway request, not yet saved (playground.gateway.dbwork inserts
     them in groups). Keys avoid 'token': the audit scrubber masks those."""
@@ -48,6 +49,8 @@ def gateway_audit_row(
         "http_status": outcome.http_status,
         **_timing_detail(outcome.timings),
     }
+    if adapter:  # a LoRA adapter of the deployment answered (the request's model)
+        detail["adapter"] = adapter
     if bearer_id:  # which API token (usage by token); not a secret: a hash's first characters
         detail["bearer_id"] = bearer_id
     if length is not None:

@@ -8,6 +8,7 @@ from django.db.models import QuerySet
 
 from deployments.engines import get_adapter
 from deployments.models import Deployment, Status
+from playground.gateway import adapter_targets
 from playground.gateway.access import AccessError
 from playground.gateway.upstream import Target
 
@@ -32,14 +33,17 @@ def models_usable(*, user: Any) -> list[Deployment]:
 
 
 def gateway_replicas(*, user: Any, name: str) -> tuple[Target, ...]:
-    """The running engines behind deployment `name` (one per running replica); raises
-    AccessError 404 (unknown) or 409 (none running). Which one answers a request is
+    """The running engines behind deployment `name` (one per running replica), or behind the
+    LoRA adapter `name` (the running replicas that loaded it); raises AccessError 404
+    (unknown) or 409 (none running). Which one answers a request is
     playground.gateway.balance's choice."""
     running = list(deployments_usable(user=user).filter(name=name))
     if not running:
+        if (adapter := adapter_targets.wanted(name)) is not None:
+            return adapter_targets.replicas(adapter, target_of)
         latest = Deployment.objects.filter(name=name).order_by("-created_at").first()
         if latest is None:
-            raise AccessError(404, "model_not_found", f"no deployment named {name!r}")
+            raise AccessError(404, "model_not_found", f"no deployment or adapter named {name!r}")
         raise AccessError(
             409, "deployment_not_running", f"deployment {name!r} is {latest.status}, not running"
         )

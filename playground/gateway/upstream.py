@@ -48,6 +48,7 @@ class Target:
     base_url: str
     served_model: str | None
     api_key: str | None = field(default=None, repr=False)
+    adapter: str = ""  # a LoRA adapter's name (served_model then) on deployment `name`
 
 
 class UpstreamError(Exception):
@@ -134,6 +135,8 @@ async def engine_error(target: Target, response: Answer) -> UpstreamError:
     finally:
         await response.aclose()
     status = response.status_code if response.status_code < 500 else 502
+    if status == 404 and target.adapter:  # unloaded since this process routed to it
+        return UpstreamError(404, "model_not_found", f"adapter {target.adapter!r} is not loaded")
     message = f"engine of {target.name} answered {response.status_code}: {engine_message(raw)}"
     return UpstreamError(status, "engine_error", message)
 

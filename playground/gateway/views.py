@@ -13,7 +13,7 @@ from django.http import HttpRequest, HttpResponseBase, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
-from playground.gateway import followup, proxy, targets
+from playground.gateway import adapter_targets, followup, proxy, targets
 from playground.gateway.access import AccessError, authenticate
 from playground.gateway.errors import in_anthropic_shape
 
@@ -99,6 +99,23 @@ async def models_list(request: HttpRequest) -> JsonResponse:
 
 def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
     caller = authenticate(request)
+    listed = _deployments(caller.user) + [
+        {
+            "id": a.name,
+            "object": "model",
+            "created": int(a.created_at.timestamp()),
+            "owned_by": "shardboard",
+            "engine": a.deployment.engine,
+            "kind": "generation",
+            "parent": a.deployment.name,  # vLLM's field for an adapter's base model
+            "root": a.source,
+        }
+        for a in adapter_targets.listed()
+    ]
+    return [m for m in listed if caller.models is None or m["id"] in caller.models]
+
+
+def _deployments(user: Any) -> list[dict[str, Any]]:
     return [
         {
             "id": d.name,
@@ -109,5 +126,5 @@ def _models_for(request: HttpRequest) -> list[dict[str, Any]]:
             # Shardboard's own field (OpenAI clients ignore unknown ones): which API it serves
             "kind": "embedding" if d.embeds else "generation",
         }
-        for d in targets.models_usable(user=caller.user)
+        for d in targets.models_usable(user=user)
     ]

@@ -7,6 +7,11 @@ first caller of all processes sends it) and waits, bounded by SHARDBOARD_WAKE_HO
 replica runs; the requests of one process share one poll of the database. Past the bound the
 request gets a 503 with Retry-After, in OpenAI's error shape. The wait is in the request's
 time to first token, which the gateway measures from its arrival.
+
+A request that finds every replica drained because it was going to sleep or scale to zero
+(`after_drain`, from the proxy's pick) is held too: it calls the sleep off if it is not yet
+under way, else waits for it and wakes the replica again; never a 409 or a 503 for a model that
+merely went idle at the wrong moment.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from django.conf import settings
 from redis.exceptions import RedisError
 
 from deployments.lifecycle.idle import wake_for_request
-from deployments.live.idle import LAST_TTL_S, TOUCH_EVERY_S, last_request_key
+from deployments.live.drain import drain_key
+from deployments.live.idle import (
+    CALL_OFF_SCRIPT,
+    LAST_TTL_S,
+    TOUCH_EVERY_S,
+    going_key,
+    last_request_key,
+)
 from playground.gateway import dbwork
 from playground.gateway.access import AccessError
 from playground.gateway.limits import _client
@@ -31,6 +43,7 @@ from playground.gateway.upstream import Target
 logger = logging.getLogger(__name__)
 
 POLL_S = 0.25  # how often the held requests of a process look for a running replica
+ASK_AGAIN_S = 1.0
 RETRY_AFTER_S = 5
 Load = Callable[[], Awaitable[tuple[Target, ...]]]
 
@@ -73,7 +86,7 @@ async def held(name: str, refusal: AccessError, load: Load) -> tuple[Target, ...
     while (left_s := deadline_s - loop.time()) > 0:
         poll = _polls.get(name)
         if poll is None or poll.done():
-            poll = _polls[name] = asyncio.ensure_future(_poll(load, hold_s))
+            poll = _polls[name] = asyncio.ensure_future(_poll(name, load, hold_s))
         try:
             found = await asyncio.wait_for(asyncio.shield(poll), timeout=left_s)
         except TimeoutError:
@@ -90,15 +103,69 @@ async def held(name: str, refusal: AccessError, load: Load) -> tuple[Target, ...
     )
 
 
-async def _poll(load: Load, hold_s: float) -> tuple[Target, ...] | None:
-    """The running replicas as soon as there are any, or None after `hold_s`."""
+async def _poll(name: str, load: Load, hold_s: float) -> tuple[Target, ...] | None:
+    """The running replicas as soon as there are any, or None after `hold_s`. The wake is
+    asked for again each ASK_AGAIN_S: a replica that was still stopping to scale to zero when
+    the request came is started once it has (asking again changes nothing otherwise: one wake,
+    one start, whoever asks)."""
     loop = asyncio.get_running_loop()
     deadline_s = loop.time() + hold_s
+    ask_s = loop.time() + ASK_AGAIN_S
     while loop.time() < deadline_s:
         try:
             return await load()
         except AccessError as exc:
             if exc.status != 409:  # stopped or gone meanwhile: no wake is coming
                 return None
+        if loop.time() >= ask_s:
+            reason = f"a request for {name} arrived while it scaled to zero"
+            await dbwork.in_thread(partial(wake_for_request, name=name, reason=reason))
+            ask_s = loop.time() + ASK_AGAIN_S
         await asyncio.sleep(POLL_S)
     return None
+
+
+async def after_drain(name: str, replicas: tuple[Target, ...], load: Load) -> tuple[Target, ...]:
+    """Every replica of `name` was out of rotation when a request came: if they were going
+    idle, the sleep is called off (or, already under way, waited for and woken), and the
+    replicas back in rotation are returned; () when none was going idle (a stop's drain: the
+    request is refused as before). Bounded by SHARDBOARD_WAKE_HOLD_S."""
+    ids = [t.deployment_id for t in replicas]
+    try:
+        marks = await _call_off(ids)
+    except (RedisError, OSError) as exc:
+        logger.warning("going-idle marks of %s unknown: %s", name, exc)
+        return ()
+    if not any(marks):
+        return ()
+    loop = asyncio.get_running_loop()
+    deadline_s = loop.time() + float(settings.SHARDBOARD_WAKE_HOLD_S)
+    while loop.time() < deadline_s:
+        try:
+            found = await load()
+        except AccessError as exc:  # asleep or scaling to zero by now: woken or started again
+            return await held(name, exc, load)
+        if await _in_rotation(found):
+            return found
+        await asyncio.sleep(POLL_S)
+    raise AccessError(
+        503,
+        "deployment_waking",
+        f"{name} was going idle and did not come back within "
+        f"{settings.SHARDBOARD_WAKE_HOLD_S:g} s (SHARDBOARD_WAKE_HOLD_S); try again shortly",
+        RETRY_AFTER_S,
+    )
+
+
+async def _call_off(ids: list[int]) -> list[str]:
+    """Per replica: "off" (its going idle is called off), "committed" (too late: it sleeps or
+    stops, then wakes) or "" (not going idle)."""
+    keys = [going_key(pk) for pk in ids]
+    answer = await _client().eval(CALL_OFF_SCRIPT, len(keys), *keys)
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in answer]
+
+
+async def _in_rotation(replicas: tuple[Target, ...]) -> bool:
+    """Some replica is no longer drained (its going idle was called off)."""
+    keys = [drain_key(t.deployment_id) for t in replicas]
+    return bool(keys) and int(await _client().exists(*keys)) < len(keys)

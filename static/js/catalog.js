@@ -261,7 +261,8 @@
     const kvFigure = document.getElementById("kv-figure");
     if (kvFigure) kvFigure.hidden = Boolean(plan && plan.no_kv);
     const replicas = plan ? plan.replicas_text + (plan.tight ? " (tight)" : "") : "";
-    text("plan-layout", plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size + ", " + replicas : "—");
+    const layout = plan && plan.device === "cpu" ? "CPU, TP " + plan.tensor_parallel_size : plan ? "TP " + plan.tensor_parallel_size + " × PP " + plan.pipeline_parallel_size : "";
+    text("plan-layout", plan ? layout + ", " + replicas : "—");
     drawBanner("plan-tight", plan && plan.tight_text);
     drawList("plan-replicas", plan ? plan.replica_rows : [], "");
     drawList("plan-stages", plan ? plan.stage_rows : [], "");

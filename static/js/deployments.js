@@ -61,6 +61,7 @@
   const steps = document.getElementById("launch-steps");
   const mib = function (n) { return (n / 1048576).toFixed(1) + " MiB"; };
   function stepText(msg) {
+    if (msg.text) { return msg.text; }  // a step that words its own progress (the engine's)
     if (msg.phase === "downloading" && msg.total) {
       let text = mib(msg.done) + " of " + mib(msg.total);
       if (msg.rate_bps) { text += " · " + mib(msg.rate_bps) + "/s"; }

@@ -95,6 +95,7 @@
     split.dataset.gpus = plan ? plan.gpus : 0;
     text("plan-ngl", plan ? plan.gpu_layers + " of " + plan.layers_total : "—");
     text("plan-context", plan ? plan.context_cells : "—");
+    text("plan-note", plan ? plan.note : "");
     text("plan-ms", payload.server_ms !== undefined ? payload.server_ms + " ms" : "—");
     banner("plan-offload", plan && plan.partial_offload ? plan.partial_offload.text : "");
     rows("plan-devices", plan ? plan.rows : [], (r) => ({
@@ -107,7 +108,7 @@
     rows("plan-alternatives", payload.alternatives, (a) => ({
       className: a.chosen ? "chosen" : a.fits ? "" : "rejected",
       cells: [a.host + ": " + a.gpus.join(", "), a.tensor_split_text, a.gpu_layers,
-        a.chosen ? "chosen" : a.fits ? "fits, ranked lower" : "rejected: " + a.reasons.join(" ")],
+        a.chosen ? "chosen" : a.fits ? "fits, ranked lower: " + a.note : "rejected: " + a.reasons.join(" ")],
       numeric: [2],
     }));
     drawChart(plan);

@@ -93,9 +93,11 @@
   function renderRows(view, rows) {
     const body = view.table.tBodies[0];
     body.replaceChildren(...rows.map((row) => {
-      const tr = el("tr", { "data-gpu": String(row.index), class: "state-" + row.state });
+      const tr = el("tr", { "data-gpu": String(row.index), "data-kind": row.kind || "gpu", class: "state-" + row.state });
       TABLE_COLUMNS.forEach(([key]) => {
-        const td = el("td", { "data-col": key }, String(row[key]));
+        // the host's CPU row (kind "cpu"): "CPU" in place of its index, its utilization the CPU's
+        const text = key === "index" && row.kind === "cpu" ? "CPU" : String(row[key]);
+        const td = el("td", { "data-col": key }, text);
         if (key === "name" && row.simulated) td.append(" ", el("span", { class: "badge sim" }, "simulated"));
         if (key === "name" && row.state !== "ok") td.append(" ", el("span", { class: "badge bad" }, row.state));
         tr.append(td);
@@ -123,6 +125,7 @@
   function traces(gpu, key) {
     const b = gpu.buf;
     const line = (y, name, extra) => Object.assign({ type: "scatter", mode: "lines", x: b.t.slice(), y: y.slice(), name: name }, extra || {});
+    if (key === "u" && gpu.cpu) return [line(b.u, "CPU")];
     if (key === "u") return [line(b.u, "GPU"), line(b.bw, "memory controller", { line: { dash: "dot" } })];
     if (key === "T") return [line(b.T, "temperature")];
     if (key === "p") return [line(b.p, "power")];
@@ -134,33 +137,64 @@
     return out;
   }
 
+  // Why a chart has nothing to draw ("" when it has): no samples in the window (the host is
+  // offline, or has not sent any yet), or none of them carries this metric.
+  function emptyReason(gpu, key) {
+    if (!gpu.buf.t.length) return gpu.view.reason || "No samples in this window.";
+    const ys = gpu.buf[key] || [];
+    if (ys.every((y) => y === null || y === undefined)) {
+      const metric = METRICS.find((m) => m.key === key);
+      return `No ${metric.title.replace(/ \(.*\)$/, "").toLowerCase()} readings: this GPU does not report it.`;
+    }
+    return "";
+  }
+
   function drawChart(gpu, key) {
     const metric = METRICS.find((m) => m.key === key);
+    const chart = gpu.charts[key];
+    const reason = emptyReason(gpu, key);
+    if (reason) {
+      if (chart.data) Plotly.purge(chart);
+      chart.replaceChildren(el("div", { class: "chart-empty", "data-role": "empty" }, `${metric.title}: ${reason}`));
+      chart.dataset.empty = "1";
+      return null;
+    }
+    if (chart.dataset.empty) {
+      chart.replaceChildren();
+      delete chart.dataset.empty;
+    }
     const lay = layout(metric.title + (gpu.sim ? " · simulated" : ""));
     if (metric.range) lay.yaxis = { range: metric.range };
     if (key === "m") lay.showlegend = false;
     return Plotly.react(gpu.charts[key], traces(gpu, key), lay, PLOT_CONFIG);
   }
 
+  // The CPU has no temperature or power reading: its panel draws utilization and RAM only.
+  function metricsOf(gpu) {
+    return gpu.cpu ? METRICS.filter((m) => m.key === "u" || m.key === "m") : METRICS;
+  }
+
   function drawAll(gpu) {
-    METRICS.forEach((m) => drawChart(gpu, m.key));
+    metricsOf(gpu).forEach((m) => drawChart(gpu, m.key));
   }
 
   function gpuPanel(view, device, sim) {
     let gpu = view.gpus.get(device.i);
     if (gpu) return gpu;
-    const panel = el("div", { class: "gpu-panel", "data-gpu": String(device.i) });
-    const title = el("h3", {}, `GPU ${device.i} · ${device.name} · ${device.mt} MiB`);
+    const cpu = device.k === "cpu";
+    const panel = el("div", { class: "gpu-panel", "data-gpu": String(device.i), "data-kind": cpu ? "cpu" : "gpu" });
+    const title = el("h3", {}, cpu ? `${device.name} · RAM ${device.mt} MiB` : `GPU ${device.i} · ${device.name} · ${device.mt} MiB`);
+    sim = sim && !cpu; // a simulated host's CPU is real
     if (sim) title.append(" ", el("span", { class: "badge sim" }, "simulated"));
     const grid = el("div", { class: "charts" });
     const charts = {};
-    METRICS.forEach((m) => {
+    (cpu ? METRICS.filter((m) => m.key === "u" || m.key === "m") : METRICS).forEach((m) => {
       charts[m.key] = el("div", { class: "chart", "data-metric": m.key });
       grid.append(charts[m.key]);
     });
     panel.append(title, grid);
     view.panels.append(panel);
-    gpu = { index: device.i, mt: device.mt, sim: sim, charts: charts, buf: emptyBuffer(), deps: [], lastT: 0, resMs: 1000 };
+    gpu = { index: device.i, mt: device.mt, sim: sim, cpu: cpu, charts: charts, buf: emptyBuffer(), deps: [], lastT: 0, resMs: 1000, view: view };
     view.gpus.set(device.i, gpu);
     return gpu;
   }
@@ -194,6 +228,33 @@
     gpu.lastT = t.length ? t[t.length - 1] : 0;
   }
 
+  function when(ms) {
+    return ms ? new Date(ms).toLocaleString() : "";
+  }
+
+  function noSamplesReason(host) {
+    if (host.online) return `No samples in this window yet: the host worker sends one every ${host.res_s || 1} s.`;
+    if (host.last_heartbeat_ms) return `No samples: the host has been offline since ${when(host.last_heartbeat_ms)}.`;
+    return "No samples: the host has never sent any.";
+  }
+
+  // An offline host: since when, and that its charts are its last samples, not live ones.
+  function offlineNote(card, host) {
+    let note = card.querySelector("[data-role=offline-note]");
+    if (host.online) {
+      if (note) note.remove();
+      return;
+    }
+    if (!note) {
+      note = el("p", { class: "banner warn", "data-role": "offline-note", role: "status" });
+      card.querySelector("[data-role=summary]").after(note);
+    }
+    const since = host.last_heartbeat_ms ? `Offline since ${when(host.last_heartbeat_ms)} (its last heartbeat)` : "Offline: it never sent a heartbeat";
+    note.textContent = host.last_sample_ms
+      ? `${since}. The charts show its last samples, up to ${when(host.last_sample_ms)}.`
+      : `${since}. No samples of it are kept.`;
+  }
+
   // --- messages -----------------------------------------------------------------------------
 
   function onBackfill(msg) {
@@ -210,8 +271,12 @@
       state.hosts.set(host.h, view);
       markSimulated(card, host.sim, host.note);
       setOnline(view, host.online);
+      view.reason = host.t.length ? "" : noSamplesReason(host);
+      offlineNote(card, host);
+      const gpuCount = host.devices.filter((d) => d.k !== "cpu").length;
+      const withCpu = host.devices.length > gpuCount ? " and its CPU" : "";
       card.querySelector("[data-role=summary]").textContent =
-        `${host.devices.length} GPU${host.devices.length === 1 ? "" : "s"} · backend ${host.backend} · ${host.res_s} s per point`;
+        `${gpuCount} GPU${gpuCount === 1 ? "" : "s"}${withCpu} · backend ${host.backend} · ${host.res_s} s per point`;
       renderRows(view, host.rows);
       host.devices.forEach((device) => {
         const gpu = gpuPanel(view, device, host.sim);
@@ -257,6 +322,7 @@
     const view = state.hosts.get(msg.h);
     if (!view) { askForHost(msg.h); return; }
     view.lastSampleMs = Date.now();
+    if (view.reason || view.card.querySelector("[data-role=offline-note]")) { askForHost(msg.h); return; }
     setOnline(view, true);
     if (msg.rows) renderRows(view, msg.rows);
     msg.g.forEach((g) => {
@@ -264,9 +330,15 @@
       if (!gpu || msg.t <= gpu.lastT) return; // already in the backfill
       if (g.mt) gpu.mt = g.mt;
       const p = pushPoint(gpu, msg.t, g);
-      extend(gpu, "u", p.stamps, [p.vals(g.u), p.vals(g.bw)]);
-      extend(gpu, "T", p.stamps, [p.vals(g.T)]);
-      extend(gpu, "p", p.stamps, [p.vals(g.p)]);
+      const drawn = (key) => !gpu.charts[key].dataset.empty || (drawChart(gpu, key), false);
+      if (gpu.cpu) {
+        if (drawn("u")) extend(gpu, "u", p.stamps, [p.vals(g.u)]);
+      } else {
+        if (drawn("u")) extend(gpu, "u", p.stamps, [p.vals(g.u), p.vals(g.bw)]);
+        if (drawn("T")) extend(gpu, "T", p.stamps, [p.vals(g.T)]);
+        if (drawn("p")) extend(gpu, "p", p.stamps, [p.vals(g.p)]);
+      }
+      if (!drawn("m")) return;
       if (p.redrawMemory) drawChart(gpu, "m");
       else extend(gpu, "m", p.stamps, [...gpu.deps.map((n) => p.vals(p.dm[n])), p.vals(g.mo), p.vals(gpu.mt)]);
     });

@@ -70,6 +70,10 @@ EXPECTED: dict[str, str] = {
     "deployments/<int:pk>/relaunch/": "operator",
     "deployments/<int:pk>/scale/": "operator",
     "deployments/<int:pk>/idle/": "operator",
+    "engines/state/": "viewer",
+    "engines/<str:host>/<str:engine>/retry/": "operator",
+    "deployments/<int:pk>/adapters/": "operator",
+    "deployments/<int:pk>/adapters/<slug:name>/unload/": "operator",
     "deployments/<int:pk>/autoscale/": "viewer",
     "deployments/<int:pk>/autoscale/chart/": "viewer",
     "deployments/<int:pk>/autoscale/policy/": "operator",
@@ -88,6 +92,7 @@ EXPECTED: dict[str, str] = {
     "tokens/": "viewer",
     "tokens/<int:token_id>/revoke/": "viewer",
     "tokens/<int:token_id>/limits/": "viewer",
+    "tokens/<int:token_id>/models/": "viewer",
     "api/v1/": "viewer",
     "api/v1/openapi.json": "viewer",
     "api/v1/docs": "viewer",
@@ -96,6 +101,8 @@ EXPECTED: dict[str, str] = {
     "api/v1/deployments/<int:pk>/stop": "operator",
     "api/v1/deployments/<int:pk>/scale": "operator",
     "api/v1/deployments/<int:pk>/idle": "operator",
+    "api/v1/deployments/<int:pk>/adapters": "viewer",  # loading one (POST) needs Operator
+    "api/v1/deployments/<int:pk>/adapters/<name>": "operator",
     "api/v1/deployments/<int:pk>/scaling-policy": "viewer",  # PUT and DELETE: Operator
     "api/v1/hosts": "viewer",
     "api/v1/gpus": "viewer",
@@ -118,6 +125,7 @@ EXPECTED_WS = {
     "ws/events/": "viewer",
     "ws/gpus/": "viewer",
     "ws/deployments/": "viewer",
+    "ws/engines/": "viewer",
     "ws/deployments/<int:pk>/log/": "viewer",
     "ws/benchmarks/<int:pk>/": "viewer",
 }
@@ -220,6 +228,7 @@ def world(
     revoked, revoked_raw = playground_services.token_create(user=operator, name="revoked")
     assert playground_services.token_revoke(user=operator, token_id=revoked.pk)
     fill = {"pk": deployment.pk, "name": host.name, "root": 0, "path": "tiny"}
+    fill |= {"host": host.name, "engine": "llamacpp"}
     fill |= {
         "run_id": run.pk,
         "token_id": token.pk,

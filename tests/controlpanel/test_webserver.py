@@ -177,7 +177,7 @@ def test_a_web_process_that_dies_is_replaced(transactional_db: None, settings: A
         ) and time.monotonic() < deadline + 30:
             time.sleep(0.2)
         assert len(held) == 2 and victim not in held
-        assert httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=5).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/accounts/login/", timeout=60).status_code == 200
     finally:
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.worker]
 HOST = "pageshost"
 
 
+@pytest.mark.timeout(300)  # every page with a live host worker: 39 s here, more on a loaded CI
 def test_no_page_has_an_error(
     host_worker: Any,
     model_root: Path,

@@ -46,11 +46,16 @@ def results_path() -> Path:
     return Path(settings.VAR_DIR) / "faults.json"
 
 
-def launch(operator: Any, name: str, host: str, **kwargs: Any) -> Deployment:
+def launch(
+    operator: Any, name: str, host: str, engine: str = "transformers", **kwargs: Any
+) -> Deployment:
+    """The tiny model on `host`: the faults are the subject, so the engine is the one that
+    starts fastest on the CPU unless a test asks for another."""
     request = LaunchRequest(
         name=name,
         model_ref="local:0/tiny",
         host_name=host,
+        engine=engine,
         plan_request=planning.PlanRequest(),
         **kwargs,
     )

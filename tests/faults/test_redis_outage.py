@@ -76,17 +76,13 @@ def test_the_host_worker_outlives_redis_lost_with_a_launch_in_hand(
     loading): kombu's restore of that message on the lost connection used to end the worker
     ("Unrecoverable error: AttributeError", controlpanel/brokertransport.py)."""
     loaded = tmp_path / "engine-loaded"
-    stub = {
-        "SHARDBOARD_VLLM_BIN": str(STUB_ENGINE),
-        "SHARDBOARD_TRANSFORMERS_BIN": str(STUB_ENGINE),
-    }
     worker = start_sim_worker(
         host_worker,
         HOST,
         model_root,
         REDIS_URL=broker.url,
         STUB_ENGINE_READY_FILE=str(loaded),
-        **stub,
+        SHARDBOARD_TRANSFORMERS_BIN=str(STUB_ENGINE),  # faults.support launches transformers
         **FAST_HOST,
     )
     d = launch(operator, "outage-in-hand", HOST)

@@ -49,19 +49,24 @@ def test_charts_stream_and_reconnect_after_restarts(
     login(page, asgi_server, viewer.username)
     card = page.locator(f'section.host[data-host="{host_name}"]')
     page.wait_for_function(
-        f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 4", arg=host_name
+        f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5", arg=host_name
     )
-    assert page.evaluate(CHARTS_JS, host_name) == 16  # 4 GPUs x (util, memory, temp, power)
+    # 4 GPUs x (util, memory, temp, power), and the host's CPU: utilization and RAM
+    assert page.evaluate(CHARTS_JS, host_name) == 18
     assert page.locator("#ws-status").get_attribute("data-state") == "live"
 
     before = _points(page, host_name)
     wait_for(lambda: _all_grew(page, host_name, before), interval_s=0.1)
 
     rows = card.locator("table.smi tbody tr")
-    assert rows.count() == 4
+    assert rows.count() == 5
     assert "NVIDIA H100 80GB HBM3" in rows.nth(0).inner_text()
     assert "simulated" in rows.nth(0).inner_text()
     assert "MiB / 81559MiB" in rows.nth(3).inner_text()
+    cpu_row = card.locator("table.smi tbody tr[data-kind=cpu]")
+    assert cpu_row.locator("td[data-col=index]").inner_text() == "CPU"
+    assert "simulated" not in cpu_row.inner_text()  # the CPU is real on a simulated host
+    assert card.locator(".gpu-panel[data-kind=cpu] h3").inner_text().startswith("CPU · ")
     assert card.locator("h2 .badge.sim").inner_text() == "simulated GPUs"
     assert card.locator(".gpu-panel h3 .badge.sim").count() == 4
     assert "simulated" in card.locator(".chart[data-metric=T] .gtitle").first.text_content()
@@ -98,18 +103,18 @@ def test_a_host_that_registers_later_appears_without_reload(
         wait_for(lambda: Host.objects.filter(name=host_name).exists())
         login(page, asgi_server, viewer.username)
         page.wait_for_function(
-            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 4", arg=host_name
+            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5", arg=host_name
         )
         page.evaluate("window.sameDocument = true")
         assert page.locator(f'section.host[data-host="{late}"]').count() == 0
 
         host_worker(late, GPU_BACKEND="simulated", SIMULATED_GPUS=SPEC2, HEARTBEAT_INTERVAL_S="1")
         page.wait_for_function(
-            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 2",
+            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 3",
             arg=late,
         )
         card = page.locator(f'section.host[data-host="{late}"]')
-        assert card.locator("table.smi tbody tr").count() == 2
+        assert card.locator("table.smi tbody tr").count() == 3  # 2 GPUs and the CPU
         assert "RTX 4090" in card.locator("table.smi tbody tr").nth(0).inner_text()
         assert card.locator("h2 .badge.sim").inner_text() == "simulated GPUs"
         assert page.evaluate("window.sameDocument") is True  # no reload happened

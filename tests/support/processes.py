@@ -22,5 +22,8 @@ def database_url() -> str:
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(DATABASE_URL=database_url(), SHARDBOARD_VAR_DIR=str(settings.VAR_DIR))
+    # A test's worker only looks for the engines (make test prepared them); the tests of the
+    # preparation itself name fake scripts and what to prepare (tests/support/fake_prep.py).
+    env["SHARDBOARD_PREPARE_ENGINES"] = ""
     env.update(extra)
     return env

@@ -22,6 +22,9 @@ _SECRET_ENV_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re
 _PANEL_ONLY_ENV = frozenset(
     {"DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND"}
 )  # credentials inside URLs; an engine needing one gets it through the adapter's env
+# A worker's own setting would override what the plan gives the engine: vLLM's CPU platform
+# turns VLLM_CPU_KVCACHE_SPACE (whole GiB) into the KV space, over --kv-cache-memory-bytes.
+_PLAN_OVERRIDING_ENV = frozenset({"VLLM_CPU_KVCACHE_SPACE"})
 SAME_START_S = 0.05  # create_time stored and read back (e.g. from a DB) may lose digits
 CHILD_EXIT_WAIT_S = 1.0  # child_exit on a child judged dead: how long to wait for its status
 _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}  # engines this process spawned, for reaping
@@ -114,12 +117,14 @@ def spawn(
 
 
 def inherited_env(base: Mapping[str, str]) -> dict[str, str]:
-    """The worker's environment minus its secrets: engines may run a model's remote code."""
+    """The worker's environment minus its secrets (engines may run a model's remote code) and
+    what would override the plan's settings."""
     return {
         k: v
         for k, v in base.items()
         if not _SECRET_ENV_NAME.search(k)
         and k not in _PANEL_ONLY_ENV
+        and k not in _PLAN_OVERRIDING_ENV
         and k not in (MARKER_ENV, OWNER_ENV)
     }
 

@@ -1,4 +1,5 @@
-"""Generate the tiny demo model into the first model root, so a GPU-less machine can serve it."""
+"""Generate the tiny demo model into the first model root, so a GPU-less machine can serve it,
+with a LoRA adapter of it to load onto a running deployment."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-DEMO_MODEL_DIR = "shardboard-demo-tiny-llama"
-DEMO_GGUF = "shardboard-demo-tiny-llama-gguf/demo-tiny-llama-Q8_0.gguf"  # for llama.cpp
+from deployments.catalog.demo_model import DEMO_ADAPTER, DEMO_GGUF, DEMO_MODEL_DIR
 
 
 class Command(BaseCommand):
@@ -33,3 +33,9 @@ class Command(BaseCommand):
 
             convert_demo(path, gguf)
             self.stdout.write(f"Wrote the demo model as GGUF at {gguf}")
+        adapter = settings.MODEL_ROOTS[0] / DEMO_ADAPTER
+        if not (adapter / "adapter_model.safetensors").is_file():
+            from deployments.catalog.demo_adapter import make_demo_adapter
+
+            make_demo_adapter(adapter, base_model=DEMO_MODEL_DIR)
+            self.stdout.write(f"Wrote a LoRA adapter of the demo model at {adapter}")

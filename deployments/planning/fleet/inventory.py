@@ -1,4 +1,5 @@
-"""GPU inventory: hosts, their GPUs, and the links between them (nvidia-smi topo vocabulary)."""
+"""Inventory: hosts, their GPUs and the links between them (nvidia-smi topo vocabulary), and
+each host's CPU (the device vLLM's CPU build runs on)."""
 
 from __future__ import annotations
 
@@ -36,12 +37,39 @@ class Gpu:
 
 
 @dataclass(frozen=True, slots=True)
+class Cpu:
+    """A host's CPU and RAM as its worker registered them: a device vLLM plans on by device
+    "cpu" (search/cpu.py). ``cores`` are the logical CPUs the worker may use (its affinity);
+    ``core_ids`` their ids when not 0..cores-1, ranks being bound to runs of them; ``isa`` the
+    instruction-set flags of /proc/cpuinfo that vLLM's CPU kernels branch on ("avx2",
+    "avx512f", "avx512_bf16", "amx_tile", ...); ``arch`` is ``platform.machine()``."""
+
+    name: str
+    cores: int
+    total_bytes: int
+    free_bytes: int
+    numa_nodes: int = 1
+    isa: tuple[str, ...] = ()
+    arch: str = "x86_64"
+    core_ids: tuple[int, ...] = ()
+    index: int = 0  # the device slot the plan names (the CPU row's index on its host)
+    busy: bool = False
+
+    @property
+    def cpu_ids(self) -> tuple[int, ...]:
+        """The logical CPU ids ranks may be bound to, in order."""
+        return self.core_ids or tuple(range(self.cores))
+
+
+@dataclass(frozen=True, slots=True)
 class Host:
-    """A machine, its GPUs, and ``links[(a, b)]`` = "NV12", "PIX", "PXB", "PHB", "NODE" or "SYS"."""
+    """A machine, its GPUs, and ``links[(a, b)]`` = "NV12", "PIX", "PXB", "PHB", "NODE" or "SYS";
+    ``cpu`` is its CPU as a device (None: not registered, or not offered)."""
 
     name: str
     gpus: tuple[Gpu, ...]
     links: dict[tuple[int, int], str] = field(default_factory=dict, hash=False)
+    cpu: Cpu | None = None
 
     def link(self, a: int, b: int) -> str:
         """Link between GPU indices ``a`` and ``b`` (SYS when unknown)."""
@@ -61,6 +89,34 @@ class Inventory:
     def gpu_count(self) -> int:
         """All GPUs, busy or not."""
         return sum(len(h.gpus) for h in self.hosts)
+
+
+CPU_TERM = re.compile(
+    r"\s*(\d{1,4})\s*[x×]\s*([0-9]{0,12}\.?[0-9]{1,12})\s*([a-zA-Z]{0,8})\s*(?:@\s*(\d{1,2}))?\s*"
+)
+MAX_CPU_BYTES = 64 << 40
+
+
+def parse_cpu(spec: str, *, host: str = "local") -> Inventory:
+    """A what-if CPU: ``CORESxRAM[@NUMA]`` (``8x64GiB``, ``64x512GiB@2``), all its RAM free,
+    on one host without GPUs."""
+    m = CPU_TERM.fullmatch(spec)
+    if not m:
+        raise InventorySpecError(
+            f"unreadable CPU {spec.strip()!r} (expected CORESxRAM, e.g. 8x64GiB or 64x512GiB@2 "
+            "for two NUMA nodes)"
+        )
+    cores, unit, numa = int(m[1]), (m[3] or "GiB"), int(m[4] or 1)
+    if unit.lower() not in UNITS:
+        raise InventorySpecError(f"unknown unit {unit!r} in CPU {spec.strip()!r}")
+    total = round(float(m[2]) * UNITS[unit.lower()])
+    if cores < 1 or not 0 < total <= MAX_CPU_BYTES or not 1 <= numa <= cores:
+        raise InventorySpecError(
+            f"CPU {spec.strip()!r}: at least one core, at most one NUMA node a core, and more "
+            "than 0 and at most 64 TiB of RAM"
+        )
+    cpu = Cpu(f"what-if CPU {m[1]}x{m[2]}{unit}", cores, total, total, numa_nodes=numa)
+    return Inventory((Host(host, (), cpu=cpu),))
 
 
 @lru_cache(maxsize=256)

@@ -60,7 +60,10 @@ def stage_kv(
     state = 0
     if plan.state:
         state = plan.state.bytes_per_sequence(
-            tp, rules.state_dtype_bytes, default_ssm_bytes=rules.default_ssm_bytes
+            tp,
+            rules.state_dtype_bytes,
+            default_ssm_bytes=rules.default_ssm_bytes,
+            forced_ssm_bytes=rules.forced_ssm_bytes,
         )
     chunk = plan.state.chunk_size if plan.state else 0
     geo = Geometry(tp, block_size, element_bytes, state, rules.ds_mla, chunk)

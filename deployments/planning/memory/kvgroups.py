@@ -26,7 +26,7 @@ class KvRules:
     group_ratio: float = 1.5  # bucket sizes within this ratio share the larger group size
     extra_in_flight_batches: int = 1  # async scheduling keeps pp + 1 batches in flight
     mamba_align: bool = True  # prefix caching on: a Mamba layer holds 2 (+ checkpoint) states
-    chunked_hybrid: bool = False  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+    chunked_hybrid: bool = False  # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE (0.14+: on)
     dcp: int = 1  # --decode-context-parallel-size
     state_dtype_bytes: int = 2  # the model dtype, for states that follow it
     ds_mla: bool = False  # --kv-cache-dtype fp8_ds_mla: 656 bytes per latent
@@ -36,12 +36,23 @@ class KvRules:
     mamba_checkpoints: bool = True  # Mamba-2 mixers keep one prefill checkpoint page
     mamba_all: bool = False  # "all" mode: a Mamba state cached per block, like attention
     default_ssm_bytes: int = 4  # NemotronHForCausalLMConfig's SSM dtype where config has none
+    # What the platform sets (memory/platform.py): its attention backend's smallest kernel
+    # block, which a hybrid model's attention block is a multiple of; asynchronous scheduling
+    # (a second batch in flight); an SSM state dtype it forces (bytes, 0: none)
+    kernel_block: int = 16
+    async_scheduling: bool = True
+    forced_ssm_bytes: int = 0
 
 
 # The version each rule arrived in, read from the wheels' sources (vllm/…) of 0.10.1.1, 0.11
 # to 0.13, 0.15 to 0.33 (0.14 not read: the group ratio and the wording sit between 0.13 and
 # 0.15, which agree). Before the first entry, the rule is off.
 GROUP_RATIO_125_FROM = (0, 12, 0)  # v1/core/kv_cache_utils.py: before, the smallest bucket
+# envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to "1" from 0.14.0
+# (0.14.0 envs.py:1468-1470; "0" in 0.13.0 :1432-1434 and 0.11.0 :1389-1391; "1" in 0.15,
+# 0.20, 0.26, 0.32, 0.33): chunked local attention keeps the hybrid manager, so a chunked
+# layer holds its current chunk, not the whole context (Llama 4 on the CPU build, issue 38)
+CHUNKED_HYBRID_FROM = (0, 14, 0)
 GROUP_RATIO_15_FROM = (0, 18, 0)  # "max_num_layers < min_num_layers * 1.5"
 IN_FLIGHT_FROM = (0, 26, 0)  # config/vllm.py max_in_flight_tokens (max_concurrent_batches)
 HYBRID_PREFIX_CACHING_FROM = (0, 26, 0)  # config/model.py is_prefix_caching_supported: hybrid
@@ -102,6 +113,10 @@ def rules_for(
     hopper: bool = True,
     sparse_mla: bool = False,
     model_type: str = "",
+    kernel_block: int = 16,
+    async_scheduling: bool = True,
+    forced_ssm_bytes: int = 0,
+    prefix_caching: bool = True,
 ) -> KvRules:
     """The rules of vLLM ``version`` (the table above).
 
@@ -110,22 +125,28 @@ def rules_for(
     layout (mla_attention.py ``_canonicalize_sparse_mla_kv_cache_dtype``). Hybrid prefix
     caching from 0.26 puts Gated DeltaNet in "align" mode; 0.26-0.27 put the hybrids whose
     vLLM class declares SupportsMambaPrefixCaching (``model_type`` in MAMBA_ALL_MODELS) in
-    "all" mode instead."""
+    "all" mode instead. ``hopper``, ``kernel_block``, ``async_scheduling`` and
+    ``forced_ssm_bytes`` are the platform's (memory/platform.py); ``prefix_caching`` False
+    where the platform turns it off (MLA on a CPU without AMX), which leaves Mamba in "none"."""
     ds_mla = kv_cache_dtype == "fp8_ds_mla" or (sparse_mla and kv_cache_dtype.startswith("fp8"))
     return KvRules(
         group_ratio=group_ratio(version),
         extra_in_flight_batches=1 if version >= IN_FLIGHT_FROM else 0,
-        mamba_align=version >= HYBRID_PREFIX_CACHING_FROM,
+        mamba_align=version >= HYBRID_PREFIX_CACHING_FROM and prefix_caching,
         dcp=dcp,
         state_dtype_bytes=dtype_bytes,
         ds_mla=ds_mla,
         kv_cache_dtype=kv_cache_dtype,
         null_block=version >= NULL_BLOCK_CHECK_FROM,
+        chunked_hybrid=version >= CHUNKED_HYBRID_FROM,
         gdn_checkpoints=version >= GDN_CHECKPOINT_FROM and hopper,
         mamba_checkpoints=version >= MAMBA_CHECKPOINT_FROM,
         mamba_all=HYBRID_PREFIX_CACHING_FROM <= version < MAMBA_ALL_UNTIL
         and model_type in MAMBA_ALL_MODELS,
         default_ssm_bytes=default_ssm_bytes(version, dtype_bytes),
+        kernel_block=kernel_block,
+        async_scheduling=async_scheduling,
+        forced_ssm_bytes=forced_ssm_bytes,
     )
 
 
@@ -211,9 +232,16 @@ class StageKv:
 
     def request_pages(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Blocks one request of ``max_model_len`` takes from the pool, over all groups."""
-        extra = self.rules.extra_in_flight_batches
-        in_flight = max_num_batched_tokens * (self.pp + extra if extra else 1)
+        in_flight = max_num_batched_tokens * self.in_flight_batches
         return sum(g.pages(max_model_len, in_flight, self.rules) for g in self.group_specs)
+
+    @property
+    def in_flight_batches(self) -> int:
+        """config/vllm.py ``max_concurrent_batches`` (from 0.26; one batch before): pp + 1
+        with async scheduling (Model Runner V2), else pp."""
+        if not self.rules.extra_in_flight_batches:
+            return 1
+        return self.pp + 1 if self.rules.async_scheduling else self.pp
 
     def request_bytes(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """KV memory one request of ``max_model_len`` needs (vLLM's max_memory_usage_bytes)."""
@@ -271,8 +299,8 @@ def stage_layout(
 
 
 def _promoted(cache: LayerCache, rules: KvRules) -> LayerCache:
-    """Chunked layers are cached at full length while vLLM keeps the hybrid manager off for
-    them (its default: a latency regression with chunked local attention)."""
+    """Chunked layers are cached at full length where vLLM keeps the hybrid manager off for
+    them (its default before 0.14: a latency regression with chunked local attention)."""
     if cache.kind is Kind.CHUNKED and (not rules.chunked_hybrid or not cache.window):
         return LayerCache(Kind.FULL, cache.kv_heads, cache.head_dim)
     return cache
@@ -298,13 +326,14 @@ def _block_size(attn: list[LayerCache], geo: Geometry, states: set[Kind], rules:
     if rules.mamba_all:  # whole kernel chunks (lcm with the 16-token kernel block)
         chunk = math.lcm(geo.chunk_size or MAMBA1_CHUNK, 16)
         return max(geo.block_size, chunk * cdiv(cdiv(geo.state_bytes, one), chunk))
-    align = max(16, geo.block_size)
+    kernel = rules.kernel_block  # the backend's smallest kernel block (16 on CUDA, 32 on CPU)
+    align = max(kernel, geo.block_size)
     if attn[0].kind is Kind.MLA:
         align = max(align, 128)
     if rules.mamba_align and rules.gdn_checkpoints and states == {Kind.LINEAR}:
         align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
     needed = align * cdiv(geo.state_bytes, align * one)
-    return max(geo.block_size, 16 * cdiv(needed, 16))
+    return max(geo.block_size, kernel * cdiv(needed, kernel))
 
 
 def _raw_spec(cache: LayerCache, geo: Geometry, block: int) -> CacheSpec:

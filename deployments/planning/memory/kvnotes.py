@@ -51,9 +51,10 @@ WINDOW_NOTES = {
         "per request"
     ),
     Kind.CHUNKED: (
-        "chunked local attention on {n} of {layers} layers ({window}-token chunks), cached at "
-        "full length: vLLM turns its hybrid KV-cache manager off for chunked attention unless "
-        "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1"
+        "chunked local attention on {n} of {layers} layers ({window}-token chunks): from vLLM "
+        "0.14 its hybrid KV-cache manager keeps only the current chunk (plus a batch in flight) "
+        "per request; before 0.14, or with VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=0, "
+        "they are cached at full length"
     ),
 }
 

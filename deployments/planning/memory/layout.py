@@ -11,8 +11,9 @@ from deployments.planning.units import GIB, gib
 from .activation import activation_bytes, cuda_graph_bytes, non_torch_bytes
 from .checks import layout_errors
 from .kvcache import StageKv
+from .lora import lora_bytes, lora_warnings
 from .settings import Settings, settings_kv
-from .weights import Shard, rank_weights_bytes
+from .weights import Shard, pp_layer_ranges, rank_weights_bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +29,7 @@ class GpuMemory:
     gpu_total_bytes: int
     budget_bytes: int  # total × gpu_memory_utilization
     correction_bytes: int = 0  # of non_torch_bytes: the fleet-learned correction (correction.py)
+    lora_bytes: int = 0  # LoRA adapter slots (lora.py), loaded with the weights
 
     @property
     def free_bytes(self) -> int:
@@ -82,8 +84,11 @@ def evaluate_layout(
         if (r // tp, total) not in cache:
             cache[r // tp, total] = _rank(spec, s, tp, pp, r // tp, total, nvlink)
     ranks = [cache[r // tp, t] for r, t in enumerate(gpu_totals)]
-    judged = _judge_encoder(s, tp, pp, ranks) if spec.encoder_only else _judge(s, tp, pp, ranks)
+    judged = (
+        _judge_encoder(s, tp, pp, ranks) if spec.encoder_only else judge_ranks(s, tp, pp, ranks)
+    )
     guessed = spec.layer_plan.warnings if spec.layer_plan is not None else ()
+    guessed += lora_warnings(spec) if s.lora is not None else ()
     return replace(judged, warnings=judged.warnings + guessed) if guessed else judged
 
 
@@ -97,6 +102,7 @@ def _rank(
     shard = Shard(tp, pp, stage, s.dtype_bytes, s.quant, s.moe_align)
     budget = math.ceil(total * s.gpu_memory_utilization)
     weights = rank_weights_bytes(spec, shard)
+    lora = rank_lora_bytes(spec, s, tp, pp, stage)
     act = activation_bytes(spec, shard, s)
     base_other = non_torch_bytes(s, tp=tp, tp_over_nvlink=nvlink)
     other = base_other
@@ -105,14 +111,29 @@ def _rank(
     graphs = cuda_graph_bytes(spec, shard, s)
     in_budget = graphs if s.profile.cuda_graphs_in_budget else 0
     # An encoder has no KV cache spec: vLLM skips the profile and allocates no cache.
-    kv = 0 if spec.encoder_only else budget - weights - act - other - in_budget
-    used = weights + act + other + graphs + max(kv, 0)
-    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget, other - base_other)
+    kv = 0 if spec.encoder_only else budget - weights - lora - act - other - in_budget
+    used = weights + lora + act + other + graphs + max(kv, 0)
+    mem = GpuMemory(weights, act, other, graphs, kv, used, total, budget, other - base_other, lora)
     kv_layout = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     return mem, kv_layout
 
 
-def _judge(s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]) -> LayoutMemory:
+def rank_lora_bytes(spec: ModelSpec, s: Settings, tp: int, pp: int, stage: int) -> int:
+    """The LoRA slots' bytes on a rank of `stage` (vLLM allocates them with the weights)."""
+    if s.lora is None:
+        return 0
+    layers = pp_layer_ranges(spec.num_layers, pp)[stage]
+    return lora_bytes(
+        spec, s.lora, dtype_bytes=s.dtype_bytes, tp=tp, layers=layers, first=stage == 0,
+        last=stage == pp - 1,
+    )  # fmt: skip
+
+
+def judge_ranks(
+    s: Settings, tp: int, pp: int, ranks: list[tuple[GpuMemory, StageKv]]
+) -> LayoutMemory:
+    """vLLM's verdict on ranks whose KV memory is known (any platform): the context that fits,
+    blocks as the smallest rank holds them, the logged tokens and concurrency."""
     reasons: list[str] = []
     warnings: list[str] = [s.quant.warning] if s.quant and s.quant.warning else []
     if s.correction is not None:

@@ -12,6 +12,7 @@ from deployments.planning.model.spec import ModelSpec
 from .correction import Correction
 from .kvcache import StageKv, stage_kv
 from .kvgroups import KvRules
+from .lora import LoraConfig
 from .versions import VersionProfile
 
 
@@ -36,6 +37,7 @@ class Settings:
     correction: Correction | None = None  # learned from the fleet's starts (correction.py)
     runner: str | None = None  # "pooling" for an embedding model (vLLM's --runner)
     convert: str | None = None  # "embed"/"classify": vLLM adapts a generative class (--convert)
+    lora: LoraConfig | None = None  # --enable-lora: adapter slots allocated at start (lora.py)
 
 
 def settings_kv(spec: ModelSpec, s: Settings, *, tp: int, pp: int, stage: int) -> StageKv:

@@ -36,14 +36,21 @@ class LinearState:
     ssm_dtype_defaulted: bool = False  # ssm_dtype is vLLM's default for the model, not config's
 
     def bytes_per_sequence(
-        self, tp: int, model_dtype_bytes: int, *, default_ssm_bytes: int | None = None
+        self,
+        tp: int,
+        model_dtype_bytes: int,
+        *,
+        default_ssm_bytes: int | None = None,
+        forced_ssm_bytes: int = 0,
     ) -> int:
         """Conv state plus temporal (SSM / delta-rule) state of one sequence on one rank;
-        ``default_ssm_bytes``: the target version's default where the config names none."""
+        ``default_ssm_bytes``: the target version's default where the config names none;
+        ``forced_ssm_bytes``: a dtype the platform forces on the SSM cache."""
         conv_elt = dtype_bytes(self.conv_dtype) if self.conv_dtype else model_dtype_bytes
         ssm_elt = dtype_bytes(self.ssm_dtype) if self.ssm_dtype else conv_elt
         if self.ssm_dtype_defaulted and default_ssm_bytes:
             ssm_elt = default_ssm_bytes
+        ssm_elt = forced_ssm_bytes or ssm_elt
         conv = self._conv_channels(tp) // tp * (self.conv_kernel - 1) * conv_elt
         a, b = self.head_dims
         return conv + max(1, self.heads // tp) * a * b * ssm_elt

@@ -18,7 +18,7 @@ class EngineSettings:
     """What the engine must start with for the plan's figures to hold (vLLM's flags by name);
     None or False: the engine's own default."""
 
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None  # None on the CPU: the KV space is given in bytes
     max_num_seqs: int
     max_num_batched_tokens: int | None = None
     dtype: str | None = None
@@ -29,6 +29,13 @@ class EngineSettings:
     enforce_eager: bool = False
     runner: str | None = None  # --runner pooling: an embedding or classification model
     convert: str | None = None  # --convert embed|classify
+    kv_cache_memory_bytes: int | None = None  # --kv-cache-memory-bytes: each CPU rank's KV
+    cpu_threads_bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND: one core range per rank
+    # --enable-lora and its slots; None: vLLM's default (memory/lora.py)
+    enable_lora: bool = False
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
 
 
 def engine_settings(req: PlanRequest, s: Settings) -> EngineSettings:
@@ -45,4 +52,8 @@ def engine_settings(req: PlanRequest, s: Settings) -> EngineSettings:
         enforce_eager=req.enforce_eager,
         runner=s.runner,
         convert=s.convert,
+        enable_lora=s.lora is not None,
+        max_loras=s.lora.max_loras if s.lora else None,
+        max_lora_rank=s.lora.max_lora_rank if s.lora else None,
+        max_cpu_loras=s.lora.max_cpu_loras if s.lora else None,
     )

@@ -10,7 +10,7 @@ them. Layers on the CPU (``-ngl`` below L+1) only when allowed, with their cost 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from deployments.planning.errors import PlanningError
 from deployments.planning.fleet.inventory import Gpu, Host, Inventory
@@ -54,6 +54,12 @@ class LlamaCppPlan:
     fits: bool
     reasons: tuple[str, ...]  # why it does not fit
     warnings: tuple[str, ...]
+    note: str = ""  # why this many GPUs: what a split buys over one GPU, or that it buys nothing
+
+    @property
+    def all_on_gpus(self) -> bool:
+        """No block (nor the output layer) left on the CPU."""
+        return not self.cpu.layers
 
 
 def _budget(gpu: Gpu, request: LlamaCppRequest, compute_bytes: int) -> int:
@@ -195,21 +201,88 @@ def _best_layers(
 def plan_llamacpp(
     spec: GgufSpec, inventory: Inventory, request: LlamaCppRequest
 ) -> tuple[LlamaCppPlan, ...]:
-    """Plans per host, best first: every free GPU of a host in one layer split (llama.cpp's own
-    default), then each single GPU alone (no PCIe hop per token) when it fits."""
+    """Plans per host, best first. A model that fits one GPU with the context and slots asked
+    runs on one (``-sm none``: no hop between GPUs per token, as llama.cpp's own guidance
+    has it); a layer split over the fewest GPUs that hold it only when no single GPU does, or
+    when it keeps layers off the CPU that one GPU would leave there. Each plan's ``note`` says
+    which. A GPU given no layer is never in a plan (it would be leased for nothing)."""
     request.settings.validate()
     plans: list[LlamaCppPlan] = []
     for host in inventory.hosts:
         free = tuple(g for g in host.gpus if not g.busy)
-        if not free:
-            continue
-        plans.append(_best_layers(spec, request, host, free))
-        if len(free) > 1 and request.tensor_split is None:
-            for gpu in sorted(free, key=lambda g: -g.free_bytes):
-                plans.append(_best_layers(spec, request, host, (gpu,)))
+        if free:
+            plans += _with_notes(_host_plans(spec, request, host, free))
     if not plans:
         raise PlanningError("no free GPU in the inventory")
-    return tuple(sorted(plans, key=lambda p: (not p.fits, -len(p.gpus) if p.fits else 0)))
+    return tuple(sorted(plans, key=_rank))
+
+
+def _rank(p: LlamaCppPlan) -> tuple[bool, bool, int]:
+    """Fitting plans first, all layers on GPUs before a partial offload, then fewer GPUs; a
+    plan that does not fit comes closest with more GPUs."""
+    return (not p.fits, not p.all_on_gpus, len(p.gpus) if p.fits else -len(p.gpus))
+
+
+def _host_plans(
+    spec: GgufSpec, request: LlamaCppRequest, host: Host, free: tuple[Gpu, ...]
+) -> list[LlamaCppPlan]:
+    """A pinned ``-ts`` on every free GPU; else each GPU alone, roomiest first, and a split over
+    the k roomiest for every k from 2."""
+    if request.tensor_split is not None:
+        return [_without_idle(spec, request, host, _best_layers(spec, request, host, free))]
+    by_room = sorted(free, key=lambda g: (-g.free_bytes, g.index))
+    plans = [_best_layers(spec, request, host, (g,)) for g in by_room]
+    seen: set[tuple[int, ...]] = {(g.index,) for g in by_room}
+    for k in range(2, len(by_room) + 1):
+        gpus = tuple(sorted(by_room[:k], key=lambda g: g.index))
+        plan = _without_idle(spec, request, host, _best_layers(spec, request, host, gpus))
+        if tuple(g.index for g in plan.gpus) not in seen:
+            seen.add(tuple(g.index for g in plan.gpus))
+            plans.append(plan)
+    return plans
+
+
+def _without_idle(
+    spec: GgufSpec, request: LlamaCppRequest, host: Host, plan: LlamaCppPlan
+) -> LlamaCppPlan:
+    """The plan on the GPUs that hold layers: a zero share leases a GPU for nothing."""
+    keep = [i for i, d in enumerate(plan.devices) if d.layers]
+    if len(keep) == len(plan.gpus) or not keep:
+        return plan
+    gpus = tuple(plan.gpus[i] for i in keep)
+    split = tuple(plan.tensor_split[i] for i in keep) if len(keep) > 1 else (1.0,)
+    return _evaluate(spec, request, host, gpus, plan.gpu_layers, split)
+
+
+def _with_notes(plans: list[LlamaCppPlan]) -> list[LlamaCppPlan]:
+    """Say what each plan's GPU count buys against one GPU alone."""
+    singles = [p for p in plans if len(p.gpus) == 1]
+    single_fits = [p for p in singles if p.fits]
+    whole = [p for p in single_fits if p.all_on_gpus]
+    out = []
+    for p in plans:
+        cells = f"{p.context_cells:,}-token context for {p.settings.slots} slot(s)"
+        if len(p.gpus) == 1:
+            note = f"one GPU holds the model, its {cells}: no split (-sm none)"
+            if not p.all_on_gpus:
+                note = f"one GPU with {len(p.cpu.layers)} layer(s) left on the CPU"
+        elif whole:
+            note = (
+                f"one GPU holds the model and its {cells}: this split over {len(p.gpus)} GPUs "
+                "buys nothing and adds a hop between GPUs per token"
+            )
+        elif single_fits and p.all_on_gpus:
+            note = (
+                f"split over {len(p.gpus)} GPUs for speed: every layer on a GPU, where one GPU "
+                f"would leave {min(len(s.cpu.layers) for s in single_fits)} on the CPU"
+            )
+        else:
+            note = (
+                f"split over {len(p.gpus)} GPUs for room: no free GPU alone holds the model "
+                f"and its {cells}"
+            )
+        out.append(replace(p, note=note) if p.fits else p)
+    return out
 
 
 def one_machine(inventory: Inventory, *, name: str = "local") -> Inventory:

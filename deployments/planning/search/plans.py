@@ -41,6 +41,9 @@ class Plan:
     tight_reasons: tuple[str, ...] = ()
     replicas_asked: int = 0  # 0: as many as fit
     longest_fitting_len: int = 0  # the longest context vLLM would accept here, when asked more
+    # "cpu": one device slot per replica (the host's CPU row) whose ``per_gpu`` entry covers
+    # every rank: weights in RAM, each rank's KV space, the engine's processes.
+    device: str = "gpu"
 
     @property
     def tight(self) -> bool:
@@ -59,7 +62,9 @@ class Plan:
 
     @property
     def label(self) -> str:
-        """``TP 4 × PP 1``."""
+        """``TP 4 × PP 1`` (on a CPU: ``CPU, TP 2``)."""
+        if self.device == "cpu":
+            return f"CPU, TP {self.tensor_parallel_size}"
         return f"TP {self.tensor_parallel_size} × PP {self.pipeline_parallel_size}"
 
 

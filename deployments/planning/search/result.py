@@ -33,6 +33,7 @@ PLAN_KEYS = (
     "replicas_asked",
     "tight",
     "tight_reasons",
+    "device",  # "gpu", or "cpu": vLLM's CPU build, one device slot (the CPU) per replica
 )
 
 
@@ -58,6 +59,7 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "replicas_asked": p.replicas_asked,
         "tight": p.tight,
         "tight_reasons": list(p.tight_reasons),
+        "device": p.device,
     }
 
 
@@ -78,6 +80,7 @@ def plan_details(p: Plan) -> dict[str, Any]:
             gpu_total_bytes=mem.gpu_total_bytes,
             budget_bytes=mem.budget_bytes,
             free_bytes=mem.free_bytes,
+            lora_bytes=mem.lora_bytes,
             correction_bytes=mem.correction_bytes,
         )
     return out

@@ -23,6 +23,7 @@ from deployments.planning.memory.weights import Shard, rank_weights_bytes
 from deployments.planning.model.spec import ModelSpec
 
 from . import choice, replica_choice, sharing
+from .cpu import plan_cpu
 from .engine_settings import engine_settings
 from .plans import GpuRef, Plan, PlanResult
 from .request import PlanRequest, resolve
@@ -47,10 +48,14 @@ def plan(
     and returns the plans found so far with ``cut_short`` set and a note saying so. The clock
     is read before each layout, so the overshoot is one layout (milliseconds; about 0.1 s for
     a model of 10,000 layers over 1,024 GPUs).
+
+    ``request.device == "cpu"`` plans vLLM's CPU build on the hosts' CPUs instead (search/cpu.py).
     """
     request.validate()
     if (clock is None) != (deadline is None):
         raise PlanningError("plan() takes a clock and a deadline together")
+    if request.device == "cpu":
+        return plan_cpu(spec, inventory, request)  # a few TP sizes per host: no time budget
     search = _Search.of(spec, inventory, request)
     plans, why = _search(search, _late(clock, deadline))
     plans.sort(key=lambda p: choice.rank_key(p, request, search.forced))

@@ -161,7 +161,7 @@ def _rank_need(
 ) -> int:
     """Bytes of vLLM's claim on one rank: everything but the KV cache, then the load's KV."""
     graphs = mem.cuda_graph_bytes if s.profile.cuda_graphs_in_budget else 0
-    fixed = mem.weights_bytes + mem.activation_bytes + mem.non_torch_bytes + graphs
+    fixed = mem.weights_bytes + mem.lora_bytes + mem.activation_bytes + mem.non_torch_bytes + graphs
     kv = settings_kv(spec, s, tp=tp, pp=pp, stage=stage)
     load_bytes = load * kv.request_bytes(s.max_model_len, s.max_num_batched_tokens)
     # At least the planner's own error band (margin.py, taken at the probe's larger budget), so
@@ -199,8 +199,9 @@ def unplaced_reason(inv: Inventory, usable: dict[str, list[Gpu]], gmu: float) ->
 
 
 def utilization(p: Plan) -> float:
-    """The share of each GPU the plan's engine claims (``--gpu-memory-utilization``)."""
-    return p.engine_settings.gpu_memory_utilization
+    """The share of each GPU the plan's engine claims (``--gpu-memory-utilization``; a CPU
+    plan's KV space is given in bytes instead: 0)."""
+    return p.engine_settings.gpu_memory_utilization or 0.0
 
 
 def share_lines(p: Plan, inv: Inventory, req: PlanRequest) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ def running(worker, operator) -> Iterator[Deployment]:
         name="tinybench",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",  # the benchmark is the subject, not the engine
         plan_request=planning.PlanRequest(),
     )
     d = deployment_create(user=operator, request=request)

@@ -27,6 +27,10 @@ from tests.support.workers import start_sim_worker
 
 pytestmark = [pytest.mark.worker, pytest.mark.browser, pytest.mark.timeout(600)]
 HOST = f"elastic{secrets.token_hex(3)}"
+# The vLLM stand-in, not the real engine: on the real vLLM's CPU build (two engines under load
+# on two cores) this test took 215-415 s of a full run and failed in both runs tried (the second
+# start starved; the drained replica had no stream left). The real engine's /metrics and the
+# controller's decision from them: tests/deployments/host/test_vllm_engine.py.
 STANDIN = ROOT / "tests" / "support" / "vllm_standin.py"
 CLIENTS = 6
 
@@ -73,8 +77,8 @@ def test_a_policy_set_in_the_browser_follows_the_load(
         SHARDBOARD_DRAIN_GRACE_S="10",
         SHARDBOARD_STOP_GRACE_S="1",
     )
-    # The stand-in plays vLLM on a GPU host: a launch on a host marked simulated runs
-    # transformers on the CPU instead (lifecycle.services._engine_for).
+    # The stand-in plays vLLM on a GPU host: on a host marked simulated the launch runs vLLM
+    # on the CPU with the CPU's settings (engine_control), not the GPU plan's the test reads.
     Host.objects.filter(name=HOST).update(simulated=False)
     request = LaunchRequest(
         name="elastic",

@@ -1,28 +1,20 @@
-"""The scaling policy through the API and the page's section, and the controller's pass on a
-stand-in engine: a decision that the GPUs cannot hold is recorded with the planner's reason."""
+"""The scaling policy through the API and the page's section. The controller's pass on a real
+engine's /metrics is in tests/deployments/host/test_vllm_engine.py."""
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import pytest
 from django.test import Client
 
 from controlpanel.models import AuditEvent
 from deployments import planning
-from deployments.autoscale import series
-from deployments.autoscale.controller import Controller
 from deployments.lifecycle.services import LaunchRequest, deployment_create
 from deployments.models import Deployment, ScalingPolicy, Status
 from playground.models import Scope
 from playground.services import token_create
 from tests.support.hosts import sim_host
-from tests.support.llama_server import free_port
-from tests.support.standins import standin
-from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 HOST = "policyhost"
@@ -84,31 +76,3 @@ def test_page_section_shows_the_form_and_says_what_min_zero_means(
     assert "p90 TTFT ≤ 2.0 s" in browser.get(f"/deployments/{d.pk}/autoscale/").content.decode()
     chart = browser.get(f"/deployments/{d.pk}/autoscale/chart/").json()
     assert chart["live_replicas"] == 1 and chart["policy"]["ttft_p90_s"] == 2.0
-
-
-def test_a_scale_up_the_gpus_cannot_hold_is_recorded_with_the_reason(
-    model_root: Any, operator: Any
-) -> None:
-    d = launched(operator, gpus=1)  # the one GPU is taken: no room for a second replica
-    port = free_port()
-    Deployment.objects.filter(pk=d.pk).update(port=port)
-    ScalingPolicy.objects.create(deployment=d, set_by=operator, min_replicas=1, max_replicas=2,
-                                 waiting_per_replica=1, up_after_s=1)  # fmt: skip
-    series._redis().delete(series.key(d.pk))
-    controller = Controller()
-    with standin("--max-num-seqs", "1", port=port, VLLM_STANDIN_TOKEN_S="0.2") as url:
-        body = {"model": "tiny", "prompt": "x", "max_tokens": 40}
-        with ThreadPoolExecutor(4) as pool:
-            for _ in range(4):
-                pool.submit(httpx.post, f"{url}/v1/completions", json=body, timeout=60)
-            now = time.time()
-            wait_for(lambda: controller.tick(now_s=now)[0].current == 1
-                     and series.read(d.pk)[-1]["waiting"] >= 2)  # fmt: skip
-            decision = controller.tick(now_s=now + 1.5)[0]
-    assert decision.replicas == 2 and decision.reason.startswith("waiting a replica")
-    row = AuditEvent.objects.get(action="deployment.autoscale", target_id=str(d.pk))
-    assert "Cannot add 1 replica(s) to chat" in row.detail["refused"]
-    assert row.detail["figures"]["waiting"] >= 2 and row.actor == operator
-    policy = ScalingPolicy.objects.get(deployment=d)
-    assert "refused" in policy.last_decision and policy.last_change_at is None
-    assert d.group().count() == 1

@@ -19,7 +19,7 @@ LAUNCH_FIELDS = {
     "name", "model_ref", "revision", "host", "engine", "tensor_parallel_size",
     "pipeline_parallel_size", "max_model_len", "max_num_seqs", "dtype", "quantization",
     "kv_cache_dtype", "gpu_memory_utilization", "concurrency", "replicas", "placement",
-    "learned_correction", "csrfmiddlewaretoken",
+    "learned_correction", "device", "kv_cache_bytes", "csrfmiddlewaretoken",
 }  # fmt: skip
 
 

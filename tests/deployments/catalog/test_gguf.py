@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +30,8 @@ def demo_gguf(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def test_demo_model_as_gguf_keeps_its_shape_and_tokenizer(demo_gguf: Path):
     header = read_header(demo_gguf)
     spec = local_gguf_spec(demo_gguf)
-    assert (spec.block_count, spec.embedding_length, spec.head_count) == (2, 64, 4)
-    assert spec.head_count_kv == (2, 2) and spec.key_length == 16
+    assert (spec.block_count, spec.embedding_length, spec.head_count) == (2, 128, 2)
+    assert spec.head_count_kv == (1, 1) and spec.key_length == 64
     assert spec.context_length == 512 and spec.file_type == "Q8_0"
     assert spec.tied_output  # tied embeddings: no output.weight, llama.cpp reuses token_embd
     assert header.metadata["tokenizer.ggml.model"] == "gpt2"
@@ -161,3 +162,20 @@ def test_manage_demo_model_also_writes_the_gguf(tmp_path: Path, settings, tiny_m
     [found] = list_local_gguf([tmp_path])
     assert found.relative_path == DEMO_GGUF and found.quant == "Q8_0"
     assert local_spec(0, found.relative_path, roots=[tmp_path]).vocab_size == 384
+
+
+def test_the_demo_gguf_on_four_free_gpus_plans_on_one(demo_gguf: Path):
+    """As an operator would choose (issue 38): it fits one GPU with the context and slots
+    asked, so one GPU with -sm none; no plan leases a GPU it gives nothing."""
+    from deployments.catalog.plan_cli import run_plan
+
+    out = json.loads(run_plan({"model": str(demo_gguf), "gpus": "4x80GiB@nvlink", "json": True}))
+    best = out["plans"][0]
+    assert best["fits"] and best["gpus"] == 1 and best["split_mode"] == "none"
+    assert "-sm" in best["flags"] and best["flags"][best["flags"].index("-sm") + 1] == "none"
+    assert "no split" in best["note"]
+    for plan in out["plans"]:
+        assert all(d["weights_bytes"] > 0 for d in plan["devices"]), plan["tensor_split"]
+        assert 0.0 not in plan["tensor_split"]
+    splits = [p for p in out["plans"] if p["gpus"] > 1]
+    assert splits and all("buys nothing" in p["note"] for p in splits)

@@ -51,11 +51,17 @@ def test_a_local_gguf_on_two_unequal_cards(
     page.select_option("#plan-target-select", "whatif")
     page.fill("#plan-gpus", TWO_GPUS)
     wait_for(lambda: page.evaluate(REVISION) > before)
+    # the demo fits one card with its context: one GPU, as an operator would choose (issue 38)
+    assert page.locator("#plan-split").inner_text() == "one GPU, no split"
+    assert "one GPU holds the model" in page.locator("#plan-note").inner_text()
 
+    before = page.evaluate(REVISION)
+    page.fill("#plan-tensor-split", "2,1")  # a split pinned by hand is drawn as asked
+    wait_for(lambda: page.evaluate(REVISION) > before)
     split = page.locator("#plan-split")
-    assert split.inner_text().startswith("layer split over 2 GPUs, -ts ")
+    assert split.inner_text().startswith("layer split over 2 GPUs, -ts 2,1 (pinned by you)")
     ratios = [float(r) for r in (split.get_attribute("data-ratios") or "").split(",")]
-    assert len(ratios) == 2 and ratios[0] != ratios[1]
+    assert ratios == [2.0, 1.0]
     assert page.locator("#plan-target").inner_text() == f"what-if {TWO_GPUS}"
     devices = page.locator("#plan-devices tbody tr td:first-child").all_inner_texts()
     assert devices == ["GPU 0 · GPU 24GiB", "GPU 1 · GPU 16GiB", "CPU"]

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from deployments.catalog.gguf_read import local_gguf_spec
-from deployments.catalog.gguf_write import convert_demo
+from deployments.catalog.gguf_write import LlamaShape, convert_demo, write_random_llama
 from deployments.planning.memory.llamacpp import (
     LlamaCppSettings,
     cache_type_errors,
@@ -55,7 +55,12 @@ def test_demo_gguf_tokenizes_and_answers_like_transformers(
         assert tokens.json()["tokens"] == expected
         reply = httpx.post(
             f"{server.url}/v1/chat/completions",
-            json={"messages": [{"role": "user", "content": "1 + 1 ="}], "max_tokens": 4},
+            # ignore_eos: the random demo model samples its end-of-text token now and then
+            json={
+                "messages": [{"role": "user", "content": "1 + 1 ="}],
+                "max_tokens": 4,
+                "ignore_eos": True,
+            },
             timeout=30,
         ).json()
         assert reply["usage"]["completion_tokens"] == 4
@@ -69,16 +74,18 @@ def test_kv_and_weights_lines_equal_the_planner(demo_gguf: Path, tmp_path: Path)
     assert BINARY is not None
     with llama_server(BINARY, demo_gguf, _flags(settings), tmp_path) as server:
         logged = server.buffers()
-    assert logged[("CPU", "KV")] == round(cpu.kv_bytes / MIB, 2) == 1.00
+    # 4,096 cells × 2 layers × K and V × 1 KV head × 64 × 2 bytes (f16)
+    assert logged[("CPU", "KV")] == round(cpu.kv_bytes / MIB, 2) == 2.00
     weights = sum(mib for (_, kind), mib in logged.items() if kind == "model")
     assert round(weights, 2) == round(cpu.weights_bytes / MIB, 2)
 
 
-def test_quantized_kv_on_head_dim_16_is_refused_as_the_planner_says(demo_gguf: Path):
+def test_quantized_kv_on_head_dim_16_is_refused_as_the_planner_says(tmp_path: Path):
+    head_dim_16 = write_random_llama(tmp_path / "hd16.gguf", LlamaShape(hidden=64, heads=4))
     settings = LlamaCppSettings(512, 1, "q8_0", "q8_0")
-    reasons = cache_type_errors(local_gguf_spec(demo_gguf), settings)
+    reasons = cache_type_errors(local_gguf_spec(head_dim_16), settings)
     assert BINARY is not None
-    status, output = run_until_exit(BINARY, demo_gguf, _flags(settings))
+    status, output = run_until_exit(BINARY, head_dim_16, _flags(settings))
     assert status != 0
     assert "does not divide n_embd_head_k=16" in output
     assert reasons and "head dimension 16" in reasons[0]

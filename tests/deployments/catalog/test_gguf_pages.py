@@ -59,9 +59,12 @@ def two_gpus() -> planning.Inventory:
 def test_the_json_view_of_a_two_gpu_layer_split(gguf_root: Path) -> None:
     spec = local_gguf_spec(gguf_root / "tiny" / "tiny-Q8_0.gguf")
     request = GgufOptions().request()
-    best = planning.plan_llamacpp(spec, two_gpus(), request)[0]
+    plans = planning.plan_llamacpp(spec, two_gpus(), request)
+    assert len(plans[0].gpus) == 1  # one card holds the tiny model: the split ranks lower
+    best = next(p for p in plans if len(p.gpus) == 2)
     out = plan_json(best, spec, request)
     assert out["engine"] == "llama.cpp" and out["fits"] and out["split_mode"] == "layer"
+    assert "buys nothing" in out["note"]
     assert out["gpus"] == 2 and len(set(out["tensor_split"])) == 2  # unequal cards: unequal -ts
     assert not out["tensor_split_pinned"] and out["partial_offload"] is None
     gpu0, gpu1 = out["devices"]
@@ -143,8 +146,8 @@ def test_launch_waits_for_a_registered_host(client: Client, operator: Any, gguf_
 def test_launch_posts_the_split_the_plan_chose_on_a_host(
     client: Client, operator: Any, gguf_root: Path
 ) -> None:
-    """A host of two unequal GPUs: Launch carries the plan's GPUs and -ts, and the deployment
-    it creates runs with exactly them."""
+    """A host of two unequal GPUs: the tiny model goes on one; with a split pinned, Launch
+    carries the plan's GPUs and -ts, and the deployment it creates runs with exactly them."""
     host = Host.objects.create(
         name="pair", queue="host.pair", backend="nvml", last_heartbeat=timezone.now()
     )
@@ -159,7 +162,11 @@ def test_launch_posts_the_split_the_plan_chose_on_a_host(
     login_client(client, operator)
     html = client.get("/models/gguf/local/0/tiny/tiny-Q8_0.gguf/").content.decode()
     assert 'id="launch-button" >' in html or 'id="launch-button">' in html
-    payload = client.get("/models/plan/gguf/", {"ref": TINY, "target": "pair"}).json()
+    one = client.get("/models/plan/gguf/", {"ref": TINY, "target": "pair"}).json()["plan"]
+    assert one["gpus"] == 1 and one["split_mode"] == "none"
+    assert one["launch_note"] == "Launch starts llama-server on GPU 0."
+    query = {"ref": TINY, "target": "pair", "tensor_split": "2,1"}
+    payload = client.get("/models/plan/gguf/", query).json()
     plan, launch = payload["plan"], payload["plan"]["launch"]
     assert (
         launch["engine"] == "llamacpp" and launch["host"] == "pair" and launch["model_ref"] == TINY
@@ -184,14 +191,17 @@ def test_the_plan_endpoint_answers_for_the_two_gpu_target(
     client: Client, viewer: Any, gguf_root: Path
 ) -> None:
     login_client(client, viewer)
-    response = client.get("/models/plan/gguf/", {"ref": TINY, "target": "whatif", "gpus": TWO_GPUS})
+    query = {"ref": TINY, "target": "whatif", "gpus": TWO_GPUS}
+    one = client.get("/models/plan/gguf/", query).json()["plan"]
+    assert one["split_text"] == "one GPU, no split" and "no split (-sm none)" in one["note"]
+    response = client.get("/models/plan/gguf/", {**query, "tensor_split": "2,1"})
     assert response.status_code == 200
     payload = response.json()
     plan = payload["plan"]
     assert payload["ok"] and payload["engine"] == "llama.cpp"
     assert payload["target"]["label"] == f"what-if {TWO_GPUS}"
-    assert plan["split_text"].startswith("layer split over 2 GPUs, -ts ")
-    assert len(set(plan["tensor_split"])) == 2 and "chosen by the planner" in plan["split_text"]
+    assert plan["split_text"].startswith("layer split over 2 GPUs, -ts 2,1")
+    assert len(set(plan["tensor_split"])) == 2 and "pinned by you" in plan["split_text"]
     assert [r["device"].split(" · ")[0] for r in plan["rows"]] == ["GPU 0", "GPU 1", "CPU"]
     assert plan["chart"]["capacity_gib"] == [24.0, 16.0]
     assert plan["rows"][0]["other"] == "0.50 GiB"  # the CUDA context the planner counts
@@ -273,10 +283,11 @@ def test_manage_plan_json_for_a_gguf_file(gguf_root: Path) -> None:
     out = json.loads(run_plan({"model": str(path), "gpus": TWO_GPUS, "json": True}))
     assert out["engine"] == "llama.cpp" and out["block_count"] == 2
     best = out["plans"][0]
-    assert best["gpus"] == 2 and len(set(best["tensor_split"])) == 2
-    assert [p["gpus"] for p in out["plans"]] == [2, 1, 1]  # then each card alone
-    text = run_plan({"model": str(path), "gpus": TWO_GPUS, "tensor_split": "3,1"})
-    assert "-ts 3,1 (pinned by you)" in text and "flags: -c 2048" in text
+    assert best["gpus"] == 1 and best["split_mode"] == "none"  # one card holds it
+    assert [p["gpus"] for p in out["plans"]] == [1, 1, 2]  # each card alone, then the split
+    assert len(set(out["plans"][2]["tensor_split"])) == 2  # unequal cards: unequal -ts
+    text = run_plan({"model": str(path), "gpus": TWO_GPUS, "tensor_split": "2,1"})
+    assert "-ts 2,1 (pinned by you)" in text and "flags: -c 2048" in text
     with pytest.raises(PlanCliError, match="tensor split"):
         run_plan({"model": str(path), "gpus": TWO_GPUS, "tensor_split": "x"})
 
@@ -289,8 +300,9 @@ def test_the_api_plan_endpoint_returns_the_llamacpp_plan(
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["ok"] and body["plan"]["engine"] == "llama.cpp"
-    assert len(body["plan"]["devices"]) == 2 and body["plan"]["cpu"]["device"] == "CPU"
-    assert "-ts" in body["plan"]["flags"]
+    assert len(body["plan"]["devices"]) == 1 and body["plan"]["cpu"]["device"] == "CPU"
+    flags = body["plan"]["flags"]
+    assert flags[flags.index("-sm") + 1] == "none" and body["plan"]["note"]
     refused = client.get("/api/v1/plan", {"ref": BIG, "gpus": TWO_GPUS, "context_tokens": 8192})
     assert refused.status_code == 200 and not refused.json()["ok"]
     doc = client.get("/api/v1/openapi.json").json()
@@ -315,7 +327,7 @@ def test_a_registered_host_is_planned_as_it_is(
     assert '<b id="plan-target">sim-a</b>' in html  # the online host, before any what-if
     payload = client.get("/models/plan/gguf/", {"ref": TINY, "target": "sim-a"}).json()
     plan = payload["plan"]
-    assert payload["target"]["simulated"] and plan["host"] == "sim-a" and plan["gpus"] == 2
-    assert [d["total_bytes"] for d in plan["devices"]] == [80 * GIB, 80 * GIB]
+    assert payload["target"]["simulated"] and plan["host"] == "sim-a" and plan["gpus"] == 1
+    assert [d["total_bytes"] for d in plan["devices"]] == [80 * GIB]
     assert "llama-server on this host's CPU" in plan["launch_note"]
     assert plan["launch"]["gpus"] == plan["launch"]["tensor_split"] == ""  # the CPU, not 2 GPUs

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from deployments.catalog.demo_model import demo_config
 from deployments.catalog.modelfiles import ModelFilesError, read_model_folder
 from deployments.catalog.plan_cli import PlanCliError, run_plan
 from tests.support.planning import LLAMA_8B, fixture_config
@@ -31,6 +32,8 @@ PLAN_KEYS = {
     "replicas_asked",
     "tight",
     "tight_reasons",
+    "device",
+    "environment",
 }
 GPU_KEYS = {
     "weights_bytes",
@@ -60,6 +63,7 @@ def test_json_contract(model_dir):
     assert first["command"][:3] == ["vllm", "serve", str(model_dir)]
     assert first["gpus"] == [[{"host": "local", "index": 0}, {"host": "local", "index": 1}]]
     assert (first["replicas_asked"], first["tight"], first["tight_reasons"]) == (0, False, [])
+    assert (first["device"], first["environment"]) == ("gpu", {})
 
 
 # (--replicas, --placement) -> (replicas placed, replicas asked, host of each replica)
@@ -260,3 +264,21 @@ def test_human_output_notes_the_layer_kinds(tmp_path, model_dir):
     text = run_plan({"model": str(oss), "gpus": "1x80GiB", "max_model_len": 8192})
     assert "\nnote: window-sized KV for local layers: 12 of 24 layers" in text
     assert "note:" not in run_plan({"model": str(model_dir), "gpus": "1x80GiB"})
+
+
+def test_a_cpu_plan_from_the_cli(model_dir):
+    (model_dir / "config.json").write_text(json.dumps(demo_config()))
+    options = {"model": str(model_dir), "cpu": "2x16GiB", "tp": 2, "kv_cache_bytes": 2**27}
+    out = json.loads(run_plan({**options, "json": True}))
+    first = out["plans"][0]
+    assert (first["device"], first["fits"], first["kv_cache_tokens"]) == ("cpu", True, 262144)
+    assert first["environment"] == {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}
+    flags = first["command"]
+    assert flags[flags.index("--kv-cache-memory-bytes") + 1] == str(2**27)
+    text = run_plan(options)
+    assert "CPU TP=2 replicas=1: fits; KV cache 262144 tokens" in text
+    assert f"command: VLLM_CPU_OMP_THREADS_BIND='0|1' vllm serve {model_dir}" in text
+    refused = run_plan({**options, "sleep_mode": True})
+    assert "does NOT fit" in refused and "Sleep mode is not supported" in refused
+    with pytest.raises(PlanCliError, match="unreadable CPU"):
+        run_plan({**options, "cpu": "lots"})

@@ -59,6 +59,18 @@ def test_all_online_hosts_yield_a_spanning_plan_and_its_launch(
         "stage 2: fleet-b GPU 0, layers 14–27 (Ray worker)",
     ]
     assert p["launch"]["host"] == "fleet-a" and p["launch_hosts"] == ["fleet-b"]
+    # On simulated GPUs vLLM runs on the CPU, whose build refuses Ray: the page says so in
+    # place of a Launch, and a launch posted anyway is refused with the same words.
+    assert "vLLM on the CPU cannot run on Ray" in p["launch_block"]
+    form = {**p["launch"], "name": "spans", "hosts": p["launch_hosts"]}
+    response = client.post("/deployments/new/", form)
+    assert "vLLM on the CPU cannot run on Ray" in response.content.decode()
+    assert not Deployment.objects.filter(name="spans").exists()
+    # The same two hosts as GPU hosts (a CUDA vLLM): the plan launches over both.
+    Host.objects.filter(name__in=("fleet-a", "fleet-b")).update(simulated=False)
+    status, data = plan(client, target="fleet")
+    p = data["plan"]
+    assert status == 200 and p["multi_host"]
     assert p["launch_block"] == "" and "Ray cluster" in p["launch_note"]
     assert p["prefetch_hosts"] == []  # a local folder: nothing to fetch
     assert "--distributed-executor-backend ray" in p["commands"]["vllm"]
@@ -152,6 +164,7 @@ def test_the_page_offers_the_fleet_and_a_pick(
     client: Client, operator: Any, hub: HubStub, fleet: list[Host]
 ) -> None:
     login_client(client, operator)
+    Host.objects.filter(name__in=("fleet-a", "fleet-b")).update(simulated=False)  # GPU hosts
     html = client.get("/models/local/0/qwen-local/").content.decode()
     fleet = '<option value="fleet" selected>All online hosts (2 hosts, 2 of 2 GPUs free)</option>'
     assert fleet in html  # no host alone holds the model: the fleet's plan is the default

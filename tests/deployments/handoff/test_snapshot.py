@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from deployments import planning
+from deployments.catalog.demo_model import demo_config
 from deployments.engines import LaunchSpec, VllmAdapter, planned_argv
 from deployments.handoff.snapshot import (
     VERSION,
@@ -125,20 +126,7 @@ def test_round_trip_is_exact() -> None:
 
 
 def test_round_trip_of_a_fresh_plan() -> None:
-    spec = planning.ModelSpec.from_config(
-        {
-            "architectures": ["LlamaForCausalLM"],
-            "model_type": "llama",
-            "hidden_size": 2048,
-            "intermediate_size": 5632,
-            "num_attention_heads": 32,
-            "num_key_value_heads": 4,
-            "num_hidden_layers": 22,
-            "vocab_size": 32000,
-            "max_position_embeddings": 2048,
-            "torch_dtype": "bfloat16",
-        }
-    )
+    spec = planning.ModelSpec.from_config(demo_config())
     req = planning.PlanRequest(model="org/tiny", concurrency=4)
     best = planning.plan(spec, planning.parse_gpus("2x24GiB"), req).plans[0]
     plan = from_plan(best, model_ref="org/tiny", request={"concurrency": 4})
@@ -217,7 +205,8 @@ def _fields(spec: LaunchSpec) -> dict[str, Any]:
 def test_the_host_takes_utilization_from_the_snapshot(
     operator: Any, plan_json: dict[str, Any], expected: float
 ) -> None:
-    host = Host.objects.create(name="snaphost", queue="host.snaphost", simulated=True)
+    # GPUs of its own: on simulated ones vLLM runs on the CPU with a KV cache in bytes instead
+    host = Host.objects.create(name="snaphost", queue="host.snaphost", simulated=False)
     d = Deployment.objects.create(
         name="snap",
         model_id="Qwen/Qwen2.5-7B-Instruct",
@@ -271,3 +260,49 @@ def test_the_migration_fills_the_columns_from_old_rows(operator: Any) -> None:
     assert (spans.spans_hosts, spans.retired) == (True, False)
     assert (gone.spans_hosts, gone.retired) == (False, True)
     assert (plain.spans_hosts, plain.retired) == (False, False)
+
+
+def test_a_cpu_plan_travels_to_the_engine_spec() -> None:
+    spec = planning.ModelSpec.from_config(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "vocab_size": 384,
+            "max_position_embeddings": 512,
+            "dtype": "float32",
+        }
+    )
+    cpu = planning.Cpu("cpu", cores=2, total_bytes=16 * GIB, free_bytes=12 * GIB, index=1000)
+    inv = planning.Inventory((planning.Host("h", (), cpu=cpu),))
+    request = planning.PlanRequest(device="cpu", tensor_parallel_size=2, kv_cache_bytes=2**27)
+    p = planning.plan(spec, inv, request).plans[0]
+    snap = PlanSnapshot.from_json(from_plan(p, model_ref="local:demo").to_json())
+    e = snap.engine_args
+    assert (e.device, e.kv_cache_memory_bytes, e.cpu_threads_bind) == ("cpu", 2**27, "0|1")
+    assert e.gpu_memory_utilization is None and snap.gpu_indices == (1000,)
+    launch = snap.launch_spec(deployment_id="1", model="/m", port=8000)
+    assert (launch.device, launch.kv_cache_memory_bytes, launch.cpu_threads_bind) == (
+        "cpu",
+        2**27,
+        "0|1",
+    )
+    line = planned_command(snap, "vllm", model="/m")
+    assert line[line.index("--kv-cache-memory-bytes") + 1] == str(2**27)
+    assert "--gpu-memory-utilization" not in line
+
+
+def test_rows_from_before_the_cpu_device_are_gpu_rows() -> None:
+    row = PlanSnapshot.from_json(V1_ROW).to_json()
+    for key in ("device", "kv_cache_memory_bytes", "cpu_threads_bind"):
+        del row["engine_args"][key]
+    e = PlanSnapshot.from_json(row).engine_args
+    assert (e.device, e.kv_cache_memory_bytes, e.cpu_threads_bind) == ("gpu", None, None)
+    assert (
+        PlanSnapshot.from_json(row).launch_spec(deployment_id="1", model="m", port=1).device
+        == "cuda"
+    )

@@ -32,6 +32,7 @@ def launch(operator, name: str, auto_restart: bool | None = True) -> Deployment:
         name=name,
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",
         plan_request=planning.PlanRequest(),
         auto_restart=auto_restart,
     )

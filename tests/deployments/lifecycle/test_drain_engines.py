@@ -72,6 +72,7 @@ def test_scale_down_and_stop_drop_no_admitted_stream(
         name="duo",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",
         plan_request=planning.PlanRequest(),
         replicas=2,
     )

@@ -49,7 +49,11 @@ def running(operator: Any, worker: WorkerProcess, name: str) -> Deployment:
     d = deployment_create(
         user=operator,
         request=LaunchRequest(
-            name=name, model_ref="local:0/tiny", host_name=HOST, plan_request=planning.PlanRequest()
+            name=name,
+            model_ref="local:0/tiny",
+            host_name=HOST,
+            engine="transformers",
+            plan_request=planning.PlanRequest(),
         ),
     )
     try:

@@ -79,19 +79,23 @@ def test_pick_split_launch_chat_sdk_stop(
     page.wait_for_url(lambda url: GGUF_PAGE in url, timeout=BROWSER_WAIT_MS)
     assert page.locator("#plan-target-select").input_value() == HOST
 
-    # The what-if pair of unequal cards: a layer split with unequal ratios; no launch there.
+    # The what-if pair of unequal cards: the demo fits one (one GPU, no split); a split pinned
+    # by hand draws its unequal ratios; no launch there.
     _replanned(page, lambda: page.select_option("#plan-target-select", "whatif"))
     _replanned(page, lambda: page.fill("#plan-gpus", TWO_GPUS))
+    assert page.locator("#plan-split").inner_text() == "one GPU, no split"
+    _replanned(page, lambda: page.fill("#plan-tensor-split", "2,1"))
     split = page.locator("#plan-split")
-    assert split.inner_text().startswith("layer split over 2 GPUs, -ts ")
+    assert split.inner_text().startswith("layer split over 2 GPUs, -ts 2,1")
     ratios = [float(r) for r in (split.get_attribute("data-ratios") or "").split(",")]
-    assert len(ratios) == 2 and ratios[0] != ratios[1]
+    assert ratios == [2.0, 1.0]
     devices = page.locator("#plan-devices tbody tr td:first-child").all_inner_texts()
     assert devices == ["GPU 0 · GPU 24GiB", "GPU 1 · GPU 16GiB", "CPU"]
     assert page.locator("#launch-button").is_disabled()
     assert page.locator("#launch-note").inner_text() == "Pick a registered host to launch."
 
-    # Back on this machine's host: Launch posts the plan's llama.cpp fields.
+    # Back on this machine's host (the pinned split cleared): Launch posts the plan's fields.
+    _replanned(page, lambda: page.fill("#plan-tensor-split", ""))
     _replanned(page, lambda: page.select_option("#plan-target-select", HOST))
     _replanned(page, lambda: page.fill("#gguf-plan-form input[name=slots]", "2"))
     form = "#launch-form input[type=hidden]"

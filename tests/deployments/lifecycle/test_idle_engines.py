@@ -96,7 +96,7 @@ def test_transformers_scales_to_zero_and_starts_on_demand(
     assert d.pid is None and not GpuLease.objects.filter(deployment=d, active=True).exists()
     zero = AuditEvent.objects.get(action="deployment.scale_to_zero", target_id=str(d.pk))
     assert "no request for" in zero.detail["reason"]
-    assert zero.detail["cannot_sleep"] == "its engine has no sleep mode"
+    assert zero.detail["cannot_sleep"] == "transformers serve has no sleep mode"
     went = d.events.filter(new_status=Status.SCALED_TO_ZERO).get()
     assert "scaled to zero" in went.reason
 
@@ -138,8 +138,9 @@ def test_vllm_sleeps_at_level_one_and_wakes_on_request(
         SHARDBOARD_VLLM_BIN=str(STANDIN),
         VLLM_STANDIN_WAKE_S="1.5",  # the wake the held request waits for
     )
-    # The stand-in plays `vllm serve` on the GPUs the simulated backend reports; the launch
-    # runs transformers on the CPU on a host marked simulated, so the row says real GPUs.
+    # The stand-in plays `vllm serve` on the GPUs the simulated backend reports, with sleep
+    # mode (vLLM sleeps on CUDA only); on a host marked simulated the launch runs vLLM on the
+    # CPU, which has none, so the row says real GPUs.
     Host.objects.filter(name=host).update(simulated=False)
     request = LaunchRequest(
         name="dozer", model_ref="local:0/tiny", host_name=host, engine="vllm", sleep_after_s=IDLE_S

@@ -34,7 +34,7 @@ def test_steps_while_transformers_serve_starts(
     worker = start_fetch_worker(host_worker, HOST, model_root, served.url, tmp_path / "hf")
     served.throttle_bps = 6 * MIB  # 48 MiB: about 8 s of download to watch
     login(page, asgi_server, operator.username)
-    request = LaunchRequest(name="watched", model_ref=BIG, host_name=HOST)
+    request = LaunchRequest(name="watched", model_ref=BIG, host_name=HOST, engine="transformers")
     d = deployment_create(user=operator, request=request)
     page.goto(f"{asgi_server.url}/deployments/{d.pk}/")
 
@@ -71,7 +71,10 @@ def test_steps_while_transformers_serve_starts(
     deployment_stop(user=operator, deployment=Deployment.objects.get(pk=d.pk))
     wait_for(lambda: Deployment.objects.get(pk=d.pk).status == "stopped")
     again = deployment_create(
-        user=operator, request=LaunchRequest(name="watched-again", model_ref=BIG, host_name=HOST)
+        user=operator,
+        request=LaunchRequest(
+            name="watched-again", model_ref=BIG, host_name=HOST, engine="transformers"
+        ),
     )
     page.goto(f"{asgi_server.url}/deployments/{again.pk}/")
     page.wait_for_selector("#launch-steps [data-step=ready][data-state=done]", timeout=120_000)

@@ -20,7 +20,8 @@ from controlpanel.models import AuditEvent
 from deployments import planning
 from deployments.catalog.gguf_read import local_gguf_spec
 from deployments.catalog.gguf_write import convert_demo
-from deployments.handoff.snapshot import from_llamacpp_plan, planned_command
+from deployments.handoff.llamacpp_snapshot import from_llamacpp_plan
+from deployments.handoff.snapshot import planned_command
 from deployments.lifecycle.forms import LaunchForm
 from deployments.lifecycle.services import (
     DeploymentError,
@@ -153,8 +154,11 @@ def test_a_two_gpu_llamacpp_plan_becomes_its_flags(tiny_model: Path, tmp_path: P
     request = planning.LlamaCppRequest(
         settings=planning.LlamaCppSettings(context_tokens=1000, slots=3, flash_attn=False)
     )
-    plan = planning.plan_llamacpp(spec, inventory, request)[0]
-    assert len(plan.gpus) == 2 and plan.split_mode == "layer"
+    # one GPU holds the demo (the best plan); the two-GPU split is an alternative, ranked lower
+    plans = planning.plan_llamacpp(spec, inventory, request)
+    assert len(plans[0].gpus) == 1
+    plan = next(p for p in plans if len(p.gpus) == 2)
+    assert plan.split_mode == "layer"
     snapshot = from_llamacpp_plan(plan, gpu_overhead_bytes=request.gpu_overhead_bytes)
     argv = planned_command(snapshot, "llamacpp", model="/m/demo.gguf")
     ts = ",".join(f"{c:g}" for c in plan.tensor_split)
@@ -289,10 +293,11 @@ def test_the_api_takes_llamacpps_own_settings(
     )
     assert [lease.gpu.index for lease in d.leases.filter(active=True)] == [1]
     assert d.planned_argv[d.planned_argv.index("-fa") + 1] == "off"
-    # The demo's head dimension (16) takes no quantized K cache: the planner's own refusal.
-    quantized = {**body, "name": "quantized", "cache_type_k": "q8_0"}
+    # A quantized V cache without flash attention: the planner's own refusal, in llama.cpp's terms.
+    quantized = {**body, "name": "quantized", "cache_type_v": "q8_0"}
     r = api.post("/api/v1/deployments", quantized, content_type="application/json")
-    assert r.status_code == 409 and "does not divide the head dimension 16" in r.json()["message"]
+    assert r.status_code == 409, r.content
+    assert "a quantized V cache needs flash attention (-fa on)" in r.json()["message"]
     bad = {**body, "name": "bad", "cache_type_k": "q5_1"}
     r = api.post("/api/v1/deployments", bad, content_type="application/json")
     assert r.status_code == 422 and "cache_type_k" in r.content.decode(), r.content

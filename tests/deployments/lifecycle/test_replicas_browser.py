@@ -42,6 +42,7 @@ def test_a_dead_replica_degrades_the_deployment_and_the_other_answers(
         name="pair",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",
         plan_request=planning.PlanRequest(),
         replicas=2,
     )

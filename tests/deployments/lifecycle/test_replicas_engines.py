@@ -34,6 +34,7 @@ def test_two_replicas_run_answer_and_stop(
         name="twin",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",
         plan_request=planning.PlanRequest(),
         replicas=2,
     )

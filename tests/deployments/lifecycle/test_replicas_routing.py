@@ -76,6 +76,7 @@ def test_killed_replica_leaves_the_rotation_and_comes_back(
         name="trio",
         model_ref="local:0/tiny",
         host_name=HOST,
+        engine="transformers",
         plan_request=planning.PlanRequest(),
         replicas=3,
         auto_restart=True,

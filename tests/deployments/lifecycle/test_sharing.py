@@ -11,8 +11,7 @@ from django.utils import timezone
 
 from deployments import planning
 from deployments.catalog.registered import planner_host
-from deployments.handoff.snapshot import from_plan
-from deployments.lifecycle import services
+from deployments.lifecycle import placement, services
 from deployments.lifecycle.services import DeploymentError, LaunchRequest, deployment_create
 from deployments.models import GpuLease
 from monitoring.models import Gpu, Host
@@ -104,21 +103,14 @@ def test_a_reservation_that_no_longer_fits_is_refused_with_the_figures(
     request = LaunchRequest(
         name="late", model_ref="local:0/tiny", host_name="sharehost", gpu_indices=(0,)
     )
-    source = services.resolve_source(request.model_ref, "")
-    plan, _ = services.choose_plan(source, two_gpu_host, request)  # 92 % of GPU 0
+    # placed on what is free now (92 % of GPU 0), written after another launch took some of it
+    placed = placement.for_engine("transformers").place(
+        two_gpu_host, request, hub_token=None, overrides={}
+    )
     launch(operator, "early", gpu_memory_utilization=0.2)  # meanwhile, 4.8 GiB of GPU 0 go
-    options = {"overrides": {}, "auto_restart": False, "hub_token": None}
+    options = {"overrides": {}, "auto_restart": False, "sleep_after_s": None}
     with pytest.raises(services.ReservationConflict) as err:
-        services._create(
-            operator,
-            "late",
-            two_gpu_host,
-            source,
-            "transformers",
-            (plan, from_plan(plan, model_ref=source.ref)),
-            options,
-            None,
-        )
+        services._create(operator, "late", placed, {**options, "scaling_policy": None}, None)
     message = str(err.value)
     assert message.startswith("GPU 0 on sharehost has 19.2 GiB free of 24 GiB")
     assert "GiB free of 24 GiB after other deployments' reservations" in message

@@ -35,7 +35,24 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def hosts(model_root: Any) -> list[Host]:
-    return [sim_host("span-a", 1), sim_host("span-b", 1)]
+    """GPU hosts (their GPUs' figures simulated): over simulated GPUs vLLM runs on the CPU,
+    which cannot span hosts (the refusal below)."""
+    found = [sim_host("span-a", 1), sim_host("span-b", 1)]
+    Host.objects.filter(pk__in=[h.pk for h in found]).update(simulated=False)
+    return found
+
+
+def test_a_launch_over_simulated_hosts_is_refused_before_anything_is_written(
+    model_root: Any, operator: Any
+) -> None:
+    """vLLM runs on the CPU in place of simulated GPUs, and vLLM's CPU build refuses Ray:
+    "ValueError: current platform cpu does not support ray." (reproduced with the real engine
+    and a real Ray head: tests/deployments/host/test_ray_cluster.py)."""
+    sim_host("span-a", 1), sim_host("span-b", 1)
+    with pytest.raises(DeploymentError, match="current platform cpu does not support ray"):
+        launch(operator)
+    assert not Deployment.objects.exists() and not RayNode.objects.exists()
+    assert not GpuLease.objects.exists()
 
 
 def launch(user: Any, *, hosts: tuple[str, ...] = ("span-b",), replicas: int = 1) -> Deployment:

@@ -1,18 +1,13 @@
 """The sample of real vLLM start-ups in shared/planner-cases, within the issue's targets."""
 
-import csv
-
 import pytest
 
+from deployments.catalog.case_format import read_cases
 from tests.support.planning import CASES
 
 
 def rows() -> list[dict]:
-    path = CASES / "cases.tsv"
-    if not path.exists():
-        return []
-    with path.open(encoding="utf-8") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
+    return read_cases(CASES) if (CASES / "cases.tsv").exists() else []
 
 
 @pytest.mark.parametrize("row", rows(), ids=lambda r: r["obs_id"])

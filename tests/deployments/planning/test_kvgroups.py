@@ -53,8 +53,8 @@ GROUPS = [
     (GPT_OSS_20B, 1, 16, [12, 12]),
     # the global layers' pages are half the local ones: their block doubles to 32 tokens
     (GEMMA4, 1, 16, [5, 5, 5, 5, 5, 5]),
-    # chunked attention without the hybrid manager: one group, all cached at full length
-    (SCOUT, 1, 16, [48]),
+    # chunked attention with the hybrid manager (0.14+): 36 chunked layers in groups of 12
+    (SCOUT, 1, 16, [12, 12, 12, 12]),
     (DEEPSEEK_V3, 8, 16, [61]),
 ]
 
@@ -116,7 +116,8 @@ PAGES = [
     (GPT_OSS_20B, 8192, 512 + 513),
     (GPT_OSS_20B, 131072, 8192 + cdiv(127 + 2 * 8192, 16) + 1),
     (GEMMA4, 32768, 5 * (cdiv(1023 + 2 * 8192, 16) + 1) + cdiv(32768, 32)),
-    (SCOUT, 32768, cdiv(32768, 16)),
+    # three chunked groups (a chunk and two batches in flight) and the global (NoPE) group
+    (SCOUT, 32768, 3 * cdiv(8192 + 2 * 8192, 16) + cdiv(32768, 16)),
 ]
 
 
@@ -132,6 +133,15 @@ def test_chunked_layers_keep_chunks_with_the_hybrid_manager_on():
     kv = layout(SCOUT, rules=rules)
     assert kv.groups == [12, 12, 12, 12]
     assert kv.request_pages(32768, 8192) == 3 * cdiv(8192 + 2 * 8192, 16) + cdiv(32768, 16)
+
+
+@pytest.mark.parametrize(("version", "chunked"), [((0, 13, 0), False), ((0, 14, 0), True)])
+def test_the_chunked_hybrid_default_by_version(version, chunked):
+    """envs.py: VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE "0" in 0.13, "1" from 0.14
+    (issue 38: Llama 4 on the 0.32 CPU build logged four groups of 12)."""
+    assert rules_for(version, dtype_bytes=2).chunked_hybrid is chunked
+    kv = layout(SCOUT, rules=rules_for(version, dtype_bytes=2))
+    assert kv.groups == ([12, 12, 12, 12] if chunked else [48])
 
 
 # (version, group ratio, in-flight batches beyond pp, align mode, null block held out of the

@@ -121,7 +121,7 @@ def test_balanced_counts_give_the_bigger_gpu_more_layers():
 
 def test_what_if_24_and_16_gib_is_a_two_gpu_layer_split_with_unequal_ratios():
     inventory = one_machine(parse_gpus("1x24GiB@pcie,1x16GiB@pcie"))
-    spec = llama(32, layer_bytes=int(0.6 * GIB))  # 19.2 GiB of blocks: too big for one GPU
+    spec = llama(32, layer_bytes=int(0.7 * GIB))  # 22.4 GiB of blocks: too big for one GPU
     request = LlamaCppRequest(settings=LlamaCppSettings(context_tokens=8192))
     best = plan_llamacpp(spec, inventory, request)[0]
     assert best.fits and len(best.gpus) == 2 and best.split_mode == "layer"
@@ -204,7 +204,8 @@ def test_the_plan_states_every_placement_and_size():
     settings = LlamaCppSettings(
         context_tokens=8000, slots=4, cache_type_k="q8_0", cache_type_v="q8_0", ubatch=256
     )
-    plan = plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))[0]
+    plans = plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))
+    plan = next(p for p in plans if len(p.gpus) == 2)  # one GPU holds it: the split ranks lower
     assert (plan.context_cells, plan.gpu_layers, plan.split_mode) == (8192, 9, "layer")
     assert len(plan.tensor_split) == 2 and sum(plan.tensor_split) == 9
     assert plan.settings == settings
@@ -220,3 +221,27 @@ def test_what_the_planner_does_not_model_is_said():
     [plan] = plan_llamacpp(recurrent, inventory, LlamaCppRequest(settings=settings))
     assert any("recurrent" in w for w in plan.warnings)
     assert not plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))[0].warnings
+
+
+def test_a_model_one_gpu_holds_runs_on_one_gpu_and_a_split_says_what_it_buys():
+    """Issue 38: the fewest GPUs that hold the context and slots asked; one GPU is -sm none."""
+    inventory = one_machine(parse_gpus("4x80GiB"))
+    settings = LlamaCppSettings(context_tokens=4096, slots=4)
+    plans = plan_llamacpp(llama(8), inventory, LlamaCppRequest(settings=settings))
+    assert len(plans[0].gpus) == 1 and plans[0].split_mode == "none"
+    assert all(d.layers for p in plans for d in p.devices)  # no GPU leased for nothing
+    assert all("buys nothing" in p.note for p in plans if len(p.gpus) > 1)
+
+
+def test_a_split_over_the_fewest_gpus_that_hold_the_model():
+    inventory = one_machine(parse_gpus("4x24GiB@pcie"))
+    spec = llama(80, layer_bytes=int(0.48 * GIB))  # 38 GiB of blocks: two 24 GiB GPUs
+    best = plan_llamacpp(spec, inventory, LlamaCppRequest(settings=LlamaCppSettings(8192)))[0]
+    assert best.fits and len(best.gpus) == 2 and "for room" in best.note
+
+
+def test_a_pinned_zero_share_leaves_that_gpu_out():
+    inventory = one_machine(parse_gpus("4x80GiB"))
+    request = LlamaCppRequest(settings=LlamaCppSettings(4096), tensor_split=(0.0, 1.0, 1.0, 1.0))
+    plan = plan_llamacpp(llama(8), inventory, request)[0]
+    assert [g.index for g in plan.gpus] == [1, 2, 3] and plan.tensor_split == (1.0, 1.0, 1.0)

@@ -1,10 +1,9 @@
 """The project's cited start-ups (fixtures/cases): fit decisions, and figures where logged.
 A failed start-up counts as predicted when the plan is refused, or tight with its reason."""
 
-import csv
-
 import pytest
 
+from deployments.catalog.case_format import read_cases
 from tests.support.planning import FIXTURE_CONFIGS
 
 CASES = FIXTURE_CONFIGS / "cases"
@@ -17,8 +16,7 @@ KNOWN_MISSES = {
 
 
 def rows() -> list[dict]:
-    with (CASES / "cases.tsv").open(encoding="utf-8") as fh:
-        return list(csv.DictReader(fh, delimiter="\t"))
+    return read_cases(CASES)
 
 
 def params() -> list:
