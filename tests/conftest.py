@@ -135,10 +135,33 @@ def host_worker(transactional_db: None, tmp_path: Path) -> Iterator[Callable[...
         worker.stop()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--part",
+        choices=("all", "engines", "rest"),
+        default="all",
+        help="engines: only the tests that start host workers or engines; rest: the others. "
+        "scripts/test.sh runs the two side by side, each on its own Redis, database and var dir.",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Browser tests last: Playwright's sync API leaves an event loop on the main thread,
     which would stop pytest-asyncio from running the async tests after it."""
+    if (part := config.getoption("part")) != "all":
+        wanted = part == "engines"
+        if dropped := [item for item in items if _starts_engines(item) != wanted]:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if _starts_engines(item) == wanted]
     items.sort(key=_uses_browser)
+
+
+def _starts_engines(item: pytest.Item) -> bool:
+    """The tests that start host workers, engines or a Ray cluster: most of the suite's time
+    and CPU (docs/performance.md), run one after another in their own part."""
+    if any(item.get_closest_marker(m) for m in ("engine", "worker", "ray")):
+        return True
+    return "host_worker" in set(getattr(item, "fixturenames", ()))
 
 
 def _uses_browser(item: pytest.Item) -> bool:

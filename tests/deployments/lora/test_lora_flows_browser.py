@@ -81,7 +81,10 @@ def test_two_replicas_load_unload_from_the_page_and_a_relaunch_keeps_them(
     page.goto(f"{asgi_server.url}/deployments/{first}/")
     page.fill("#adapter-name", "good")
     page.fill("#adapter-source", "local:0/adapters/good")
-    page.click("#adapter-load")
+    # The form posts and redirects back: its navigation ends before the badge is polled by
+    # reloads (a reload during it fails with "Not attached to an active page").
+    with page.expect_navigation():
+        page.click("#adapter-load")
     wait_for(lambda: adapter_badge(page, "good") == "Loaded")
     wait_state(lambda: placements("good", first), ["loaded", "loaded"])
     for replica in Deployment.objects.get(pk=first).group():
@@ -99,7 +102,8 @@ def test_two_replicas_load_unload_from_the_page_and_a_relaunch_keeps_them(
     wait_for(lambda: rows.count() == 6)  # written after each answer, off its path
 
     page.once("dialog", lambda dialog: dialog.accept())
-    page.click("[data-unload='good']")
+    with page.expect_navigation():
+        page.click("[data-unload='good']")
     wait_for(lambda: adapter_badge(page, "good") == "Unloaded")
     gone = httpx.post(url, json={**CHAT, "model": "good"}, headers=headers, timeout=60)
     assert gone.status_code == 404 and gone.json()["error"]["type"] == "model_not_found"

@@ -15,6 +15,8 @@ from playground import services
 from tests.support.llama_server import llama_server, server_binary
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.engine
+
 USER = [{"role": "user", "content": "1 + 1 ="}]
 
 
