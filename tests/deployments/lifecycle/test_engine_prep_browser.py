@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from deployments.catalog.gguf_write import convert_demo
+from deployments.lifecycle.services import deployment_stop
 from deployments.models import Deployment, EnginePrep, LaunchPhase, Phase
 from tests.support.browser import login
 from tests.support.fake_prep import fake_scripts
@@ -125,6 +126,9 @@ def test_progress_on_the_dashboard_and_a_launch_that_waits_then_starts(
     assert waited.ended_at is not None and waited.duration_s is not None
     assert d.argv[0] == str(binary)
     assert errors == []
+    # Stopped, not left to the reaper: the engine's port and CPU go back before the next test.
+    deployment_stop(user=operator, deployment=d)
+    wait_for(lambda: _status(d) == "stopped", interval_s=0.5)
 
 
 def _status(d: Deployment) -> str:
