@@ -10,7 +10,7 @@ from monitoring.history import minute_key, owners_key, raw_key
 from monitoring.models import Host
 from tests.support.browser import login
 from tests.support.monitoring import SPEC4, unique_host
-from tests.support.waiting import wait_for
+from tests.support.waiting import BROWSER_WAIT_MS, wait_for
 
 SPEC2 = "2xRTX4090-24GB@pcie"
 
@@ -49,7 +49,9 @@ def test_charts_stream_and_reconnect_after_restarts(
     login(page, asgi_server, viewer.username)
     card = page.locator(f'section.host[data-host="{host_name}"]')
     page.wait_for_function(
-        f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5", arg=host_name
+        f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5",
+        arg=host_name,
+        timeout=BROWSER_WAIT_MS,
     )
     # 4 GPUs x (util, memory, temp, power), and the host's CPU: utilization and RAM
     assert page.evaluate(CHARTS_JS, host_name) == 18
@@ -77,9 +79,13 @@ def test_charts_stream_and_reconnect_after_restarts(
 
     worker.stop()
     asgi_server.restart()
-    page.wait_for_function("document.getElementById('ws-status').dataset.state !== 'live'")
+    page.wait_for_function(
+        "document.getElementById('ws-status').dataset.state !== 'live'", timeout=BROWSER_WAIT_MS
+    )
     _start(host_worker, host_name)
-    page.wait_for_function("document.getElementById('ws-status').dataset.state === 'live'")
+    page.wait_for_function(
+        "document.getElementById('ws-status').dataset.state === 'live'", timeout=BROWSER_WAIT_MS
+    )
     after = _points(page, host_name)
     wait_for(lambda: _all_grew(page, host_name, after), interval_s=0.2)
     assert card.locator("[data-role=online]").inner_text() == "online"
@@ -103,7 +109,9 @@ def test_a_host_that_registers_later_appears_without_reload(
         wait_for(lambda: Host.objects.filter(name=host_name).exists())
         login(page, asgi_server, viewer.username)
         page.wait_for_function(
-            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5", arg=host_name
+            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5",
+            arg=host_name,
+            timeout=BROWSER_WAIT_MS,
         )
         page.evaluate("window.sameDocument = true")
         assert page.locator(f'section.host[data-host="{late}"]').count() == 0
@@ -112,6 +120,7 @@ def test_a_host_that_registers_later_appears_without_reload(
         page.wait_for_function(
             f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 3",
             arg=late,
+            timeout=BROWSER_WAIT_MS,
         )
         card = page.locator(f'section.host[data-host="{late}"]')
         assert card.locator("table.smi tbody tr").count() == 3  # 2 GPUs and the CPU
@@ -141,6 +150,7 @@ def test_a_stretch_without_samples_is_a_break_in_the_lines(
     page.wait_for_function(
         "(sel) => { const d = document.querySelector(sel); return d && d.data && d.data.length }",
         arg=chart,
+        timeout=BROWSER_WAIT_MS,
     )
     y = page.evaluate("(sel) => document.querySelector(sel).data[0].y", chart)
     assert len(y) == 7 and y[3] is None, y  # one break between the two stretches
