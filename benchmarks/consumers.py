@@ -9,13 +9,8 @@ from controlpanel.consumers import RoleConsumer
 
 
 class BenchmarkConsumer(RoleConsumer):
-    async def on_accepted(self, user: Any) -> None:
-        self.group_name = group(int(self.scope["url_route"]["kwargs"]["pk"]))
-        await self.channel_layer.group_add(self.group_name, self.channel_name)
-
-    async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group_name"):
-            await self.channel_layer.group_discard(self.group_name, self.channel_name)
+    def live_groups(self, user: Any) -> list[str]:
+        return [group(int(self.scope["url_route"]["kwargs"]["pk"]))]
 
     async def benchmark_progress(self, message: dict[str, Any]) -> None:
         await self.send_json(message["payload"])

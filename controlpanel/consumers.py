@@ -52,6 +52,13 @@ class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channel
         if (code := await self.refusal(fresh)) is not None:
             await self.refuse(code)
             return
+        # Joined before the accept: a page reads the state again when its socket opens, and a
+        # push sent between that read and a join after the accept was lost (a preparation's
+        # row stayed behind on the dashboard until its next change). Pushes that arrive now
+        # wait for this handler to end, so none is sent before the accept.
+        for group in self.live_groups(user):
+            self.groups.append(group)
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
         await self.on_accepted(user)
 
@@ -70,22 +77,23 @@ class RoleConsumer(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # channel
         """A close code for a user allowed in who asks for something absent; None: accept."""
         return None
 
+    def live_groups(self, user: Any) -> list[str]:
+        """The groups whose pushes this socket forwards, joined before the accept and left on
+        disconnect (Channels leaves every group in self.groups)."""
+        return []
+
     async def on_accepted(self, user: Any) -> None:
-        """Join groups, send a backfill: subclasses fill this in."""
+        """Send a backfill: subclasses fill this in."""
 
 
 class EventsConsumer(RoleConsumer):
     """Server-side events for the signed-in user (deployment status changes, notices)."""
 
-    async def on_accepted(self, user: Any) -> None:
-        self.groups_joined = [EVENTS_GROUP, user_group(user.pk)]
-        for group in self.groups_joined:
-            await self.channel_layer.group_add(group, self.channel_name)
-        await self.send_json({"type": "hello", "user": user.get_username()})
+    def live_groups(self, user: Any) -> list[str]:
+        return [EVENTS_GROUP, user_group(user.pk)]
 
-    async def disconnect(self, code: int) -> None:
-        for group in getattr(self, "groups_joined", []):
-            await self.channel_layer.group_discard(group, self.channel_name)
+    async def on_accepted(self, user: Any) -> None:
+        await self.send_json({"type": "hello", "user": user.get_username()})
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":

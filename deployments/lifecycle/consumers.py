@@ -19,11 +19,8 @@ PENDING_MAX = 50  # live batches held while the backfill is read (about 12 s of 
 
 
 class DeploymentsConsumer(RoleConsumer):
-    async def on_accepted(self, user: Any) -> None:
-        await self.channel_layer.group_add(GROUP, self.channel_name)
-
-    async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(GROUP, self.channel_name)
+    def live_groups(self, user: Any) -> list[str]:
+        return [GROUP]
 
     async def deployment_status(self, message: dict[str, Any]) -> None:
         await self.send_json(message["payload"])
@@ -36,11 +33,8 @@ class EnginesConsumer(RoleConsumer):
     """``/ws/engines/``: each host's engine preparations as they move (the page rendered the
     rows as they were, and reads them again from ``/engines/state/`` whenever it connects)."""
 
-    async def on_accepted(self, user: Any) -> None:
-        await self.channel_layer.group_add(prep.GROUP, self.channel_name)
-
-    async def disconnect(self, code: int) -> None:
-        await self.channel_layer.group_discard(prep.GROUP, self.channel_name)
+    def live_groups(self, user: Any) -> list[str]:
+        return [prep.GROUP]
 
     async def engine_prep(self, message: dict[str, Any]) -> None:
         await self.send_json(message["payload"])

@@ -1,5 +1,7 @@
 """A websocket round trip through the real Redis channel layer."""
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
@@ -38,6 +40,38 @@ async def test_round_trip_for_signed_in_user(viewer) -> None:
         user_group(viewer.pk), {"type": "event.push", "event": {"type": "x", "n": 1}}
     )
     assert await comm.receive_json_from(timeout=5) == {"type": "x", "n": 1}
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize(
+    ("route", "group", "kind"),
+    [
+        ("/ws/engines/", "engines", "engine.prep"),
+        ("/ws/deployments/", "deployments", "deployment.status"),
+        ("/ws/benchmarks/7/", "benchmark.7", "benchmark.progress"),
+    ],
+)
+async def test_a_push_sent_once_the_socket_is_open_arrives(
+    operator, monkeypatch, route: str, group: str, kind: str
+) -> None:
+    """Pages read the state again when their socket opens (engines.js, deployments.js): a push
+    sent after that must reach them, so the socket is in its group before the accept. A slow
+    group join (a loaded Redis) used to open the socket first, and the push was lost."""
+    layer = get_channel_layer()
+    join = layer.group_add
+
+    async def slow_join(name: str, channel: str) -> None:
+        await asyncio.sleep(0.5)
+        await join(name, channel)
+
+    monkeypatch.setattr(layer, "group_add", slow_join)
+    cookie = await _session_cookie(operator)
+    headers = [(b"cookie", f"sessionid={cookie}".encode()), (b"origin", b"http://127.0.0.1")]
+    comm = WebsocketCommunicator(application, route, headers=headers)
+    connected, _ = await comm.connect(timeout=10)
+    assert connected
+    await layer.group_send(group, {"type": kind, "payload": {"pushed": route}})
+    assert await comm.receive_json_from(timeout=5) == {"pushed": route}
     await comm.disconnect()
 
 
