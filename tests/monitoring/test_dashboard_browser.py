@@ -34,6 +34,15 @@ def _points(page, host: str) -> list[int]:
     return page.evaluate(POINTS_JS, host)
 
 
+def _until(page, js: str, arg: object = None) -> None:
+    """Wait in the page until `js` holds (bounded for a loaded machine)."""
+    page.wait_for_function(js, arg=arg, timeout=BROWSER_WAIT_MS)
+
+
+def _until_charts_have_points(page, host: str, charts: int) -> None:
+    _until(page, f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === {charts}", host)
+
+
 def _all_grew(page, host: str, before: list[int]) -> bool:
     now = _points(page, host)
     return len(now) == len(before) and all(n > b for n, b in zip(now, before, strict=True))
@@ -48,11 +57,7 @@ def test_charts_stream_and_reconnect_after_restarts(
     wait_for(lambda: Host.objects.filter(name=host_name).exists())
     login(page, asgi_server, viewer.username)
     card = page.locator(f'section.host[data-host="{host_name}"]')
-    page.wait_for_function(
-        f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5",
-        arg=host_name,
-        timeout=BROWSER_WAIT_MS,
-    )
+    _until_charts_have_points(page, host_name, 5)
     # 4 GPUs x (util, memory, temp, power), and the host's CPU: utilization and RAM
     assert page.evaluate(CHARTS_JS, host_name) == 18
     assert page.locator("#ws-status").get_attribute("data-state") == "live"
@@ -79,13 +84,9 @@ def test_charts_stream_and_reconnect_after_restarts(
 
     worker.stop()
     asgi_server.restart()
-    page.wait_for_function(
-        "document.getElementById('ws-status').dataset.state !== 'live'", timeout=BROWSER_WAIT_MS
-    )
+    _until(page, "document.getElementById('ws-status').dataset.state !== 'live'")
     _start(host_worker, host_name)
-    page.wait_for_function(
-        "document.getElementById('ws-status').dataset.state === 'live'", timeout=BROWSER_WAIT_MS
-    )
+    _until(page, "document.getElementById('ws-status').dataset.state === 'live'")
     after = _points(page, host_name)
     wait_for(lambda: _all_grew(page, host_name, after), interval_s=0.2)
     assert card.locator("[data-role=online]").inner_text() == "online"
@@ -108,20 +109,12 @@ def test_a_host_that_registers_later_appears_without_reload(
         _start(host_worker, host_name)
         wait_for(lambda: Host.objects.filter(name=host_name).exists())
         login(page, asgi_server, viewer.username)
-        page.wait_for_function(
-            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 5",
-            arg=host_name,
-            timeout=BROWSER_WAIT_MS,
-        )
+        _until_charts_have_points(page, host_name, 5)
         page.evaluate("window.sameDocument = true")
         assert page.locator(f'section.host[data-host="{late}"]').count() == 0
 
         host_worker(late, GPU_BACKEND="simulated", SIMULATED_GPUS=SPEC2, HEARTBEAT_INTERVAL_S="1")
-        page.wait_for_function(
-            f"(host) => ({POINTS_JS})(host).filter((n) => n > 0).length === 3",
-            arg=late,
-            timeout=BROWSER_WAIT_MS,
-        )
+        _until_charts_have_points(page, late, 3)
         card = page.locator(f'section.host[data-host="{late}"]')
         assert card.locator("table.smi tbody tr").count() == 3  # 2 GPUs and the CPU
         assert "RTX 4090" in card.locator("table.smi tbody tr").nth(0).inner_text()
@@ -147,10 +140,10 @@ def test_a_stretch_without_samples_is_a_break_in_the_lines(
         store.append(host_name, type(sample)(ts_ms=now_ms - ago_s * 1000, gpus=sample.gpus))
     login(page, asgi_server, viewer.username)
     chart = f'section.host[data-host="{host_name}"] .chart[data-metric=u]'
-    page.wait_for_function(
+    _until(
+        page,
         "(sel) => { const d = document.querySelector(sel); return d && d.data && d.data.length }",
-        arg=chart,
-        timeout=BROWSER_WAIT_MS,
+        chart,
     )
     y = page.evaluate("(sel) => document.querySelector(sel).data[0].y", chart)
     assert len(y) == 7 and y[3] is None, y  # one break between the two stretches
