@@ -22,6 +22,13 @@ def _open(page: Any, server: Any, user: Any) -> None:
     page.goto(f"{server.url}/playground/")
 
 
+def _ask(page: Any, text: str) -> Any:
+    """Send `text` as the user's message; the first answer pane."""
+    page.fill(".pg-msg textarea", text)
+    page.click("#send")
+    return page.locator('.pane[data-slot="a"]')
+
+
 def test_tokens_stream_in_with_server_and_browser_timings(
     server: Any, tiny_engine: Any, make_deployment: Any, operator: Any, page: Any
 ) -> None:
@@ -76,9 +83,7 @@ def test_decode_rates_from_the_server_and_the_browser(
     stub.tokens, stub.interval_s = 20, 0.05  # about a second of decoding, a token at a time
     make_deployment("spaced", stub.port)
     _open(page, server, operator)
-    page.fill(".pg-msg textarea", "count to twenty")
-    page.click("#send")
-    pane = page.locator('.pane[data-slot="a"]')
+    pane = _ask(page, "count to twenty")
     expect(pane.locator(".pane-status")).to_have_text("done")
     for side in ("server", "browser"):
         rate = _rate(pane, f"tps-{side}")
@@ -92,9 +97,7 @@ def test_stop_aborts_and_the_server_closes_the_engine_request(
     stub.hold_after_first = threading.Event()  # the engine would never finish on its own
     make_deployment("slow", stub.port)
     _open(page, server, operator)
-    page.fill(".pg-msg textarea", "tell me a long story")
-    page.click("#send")
-    pane = page.locator('.pane[data-slot="a"]')
+    pane = _ask(page, "tell me a long story")
     expect(pane.locator(".pg-answer")).to_have_text("t0 ")
     expect(pane.locator(".pane-status")).to_have_text("streaming")
     page.click("#stop")
@@ -133,9 +136,7 @@ def test_engine_down_shows_an_error_not_a_spinner(
 ) -> None:
     make_deployment("down", 9)  # nothing listens on the discard port
     _open(page, server, operator)
-    page.fill(".pg-msg textarea", "hello")
-    page.click("#send")
-    pane = page.locator('.pane[data-slot="a"]')
+    pane = _ask(page, "hello")
     expect(pane.locator(".pane-status")).to_have_text("error")
     expect(pane.locator(".pane-error")).to_contain_text("not reachable")
 
