@@ -44,15 +44,16 @@ async def test_round_trip_for_signed_in_user(viewer) -> None:
 
 
 @pytest.mark.parametrize(
-    ("route", "group", "kind"),
+    ("route", "group", "kind", "key"),
     [
-        ("/ws/engines/", "engines", "engine.prep"),
-        ("/ws/deployments/", "deployments", "deployment.status"),
-        ("/ws/benchmarks/7/", "benchmark.7", "benchmark.progress"),
+        ("/ws/engines/", "engines", "engine.prep", "payload"),
+        ("/ws/deployments/", "deployments", "deployment.status", "payload"),
+        ("/ws/benchmarks/7/", "benchmark.7", "benchmark.progress", "payload"),
+        ("/ws/events/", "user.{pk}", "event.push", "event"),
     ],
 )
 async def test_a_push_sent_once_the_socket_is_open_arrives(
-    operator, monkeypatch, route: str, group: str, kind: str
+    operator, monkeypatch, route: str, group: str, kind: str, key: str
 ) -> None:
     """Pages read the state again when their socket opens (engines.js, deployments.js): a push
     sent after that must reach them, so the socket is in its group before the accept. A slow
@@ -70,8 +71,11 @@ async def test_a_push_sent_once_the_socket_is_open_arrives(
     comm = WebsocketCommunicator(application, route, headers=headers)
     connected, _ = await comm.connect(timeout=10)
     assert connected
-    await layer.group_send(group, {"type": kind, "payload": {"pushed": route}})
-    assert await comm.receive_json_from(timeout=5) == {"pushed": route}
+    await layer.group_send(group.format(pk=operator.pk), {"type": kind, key: {"pushed": route}})
+    received = await comm.receive_json_from(timeout=5)
+    if received.get("type") == "hello":  # /ws/events/ greets first
+        received = await comm.receive_json_from(timeout=5)
+    assert received == {"pushed": route}
     await comm.disconnect()
 
 

@@ -29,6 +29,12 @@ def _ask(page: Any, text: str) -> Any:
     return page.locator('.pane[data-slot="a"]')
 
 
+def _rate(pane: Any, cell: str) -> float | None:
+    """A decode-rate cell's figure; None where the page shows none ("–")."""
+    text = pane.locator(f".m-{cell}").inner_text()
+    return None if text == "–" else float(text)
+
+
 def test_tokens_stream_in_with_server_and_browser_timings(
     server: Any, tiny_engine: Any, make_deployment: Any, operator: Any, page: Any
 ) -> None:
@@ -47,7 +53,8 @@ def test_tokens_stream_in_with_server_and_browser_timings(
     # reach the relay or the browser in one read, and the page then shows "–", not a made-up
     # figure (the rates themselves: the test below, on tokens the stub spaces out).
     for cell in ("tps-server", "tps-browser"):
-        assert _rate(pane, cell) is None or _rate(pane, cell) > 0
+        rate = _rate(pane, cell)
+        assert rate is None or rate > 0, (cell, rate)
     generated = int(pane.locator(".m-completion-server").inner_text())
     assert 2 <= generated <= 48
     assert int(pane.locator(".m-completion-browser").inner_text()) == generated
@@ -70,11 +77,6 @@ def test_tokens_stream_in_with_server_and_browser_timings(
     expect(page.locator("#history tbody tr")).to_have_count(1)
     # multi-turn: the answer became an assistant message, and a new user message waits
     expect(page.locator(".pg-msg")).to_have_count(3)
-
-
-def _rate(pane: Any, cell: str) -> float | None:
-    text = pane.locator(f".m-{cell}").inner_text()
-    return None if text == "–" else float(text)
 
 
 def test_decode_rates_from_the_server_and_the_browser(
