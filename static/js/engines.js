@@ -7,6 +7,7 @@
   "use strict";
   const card = document.getElementById("engines");
   if (!card) { return; }
+  const RESYNC_MS = 5000;
 
   function elapsedText(startIso, endIso) {
     if (!startIso) { return ""; }
@@ -92,5 +93,11 @@
   tick();
   launchNote();
   setInterval(tick, 1000);
+  // Pushes are best effort (deployments/live/prep.py): while an engine is being prepared the
+  // page also reads the states every few seconds, so a push that never came (seen under load,
+  // its cause not found) leaves a row behind for seconds, not for the rest of a build.
+  setInterval(function () {
+    if (card.querySelector('[data-engine-prep][data-state="preparing"]')) { catchUp(); }
+  }, RESYNC_MS);
   connect(1000);
 })();
